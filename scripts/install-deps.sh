@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Installs, with apt only, every Debian 12 package that usiw's build, tests
+# and demo need. Idempotent: packages already installed are left alone and
+# apt is not touched at all when nothing is missing.
+#
+# Usage: scripts/install-deps.sh        (as root, or with sudo available)
+set -euo pipefail
+
+packages=(
+    # toolchain and build
+    g++ cmake make pkg-config git
+    # fuzzing and sanitizers (clang 14 with libFuzzer and the sanitizer runtimes)
+    clang libclang-rt-14-dev clang-format
+    # stock rdma-core 44: headers, libraries and the tools the tests drive
+    libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest python3-pyverbs
+    # libraries the provider uses
+    libnl-3-dev libnl-route-3-dev libisal-dev
+    # unit tests
+    libcmocka-dev
+    # network namespaces for two-host tests
+    iproute2
+)
+
+missing=()
+for p in "${packages[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+        missing+=("$p")
+    fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+    echo "install-deps: all ${#packages[@]} packages present"
+    exit 0
+fi
+
+if [ "$(id -u)" -eq 0 ]; then
+    as_root=()
+elif command -v sudo >/dev/null 2>&1; then
+    as_root=(sudo)
+else
+    echo "install-deps: missing packages: ${missing[*]}" >&2
+    echo "install-deps: run this script as root (or install sudo) to install them" >&2
+    exit 1
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${as_root[@]}" apt-get update -qq
+"${as_root[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,317 @@
+// Unit tests for host/netdev.h: reading netdevs through libnl, the GUID and
+// GID derivations, and the change monitor.
+//
+// The expected EUI-64s are worked out by hand (RFC 4291 appendix A): flip
+// bit 0x02 of the first MAC byte, insert ff:fe between bytes 2 and 3.
+//   52:54:00:12:34:56 -> 50:54:00:ff:fe:12:34:56
+//   02:fc:00:00:00:01 -> 00:fc:00:ff:fe:00:00:01
+//
+// Everything runs without root. The port-state test makes its own network
+// namespace in a child process (a user namespace makes that possible without
+// root) and skips when the system does not allow it.
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+// cmocka 1.1.5 declares its functions without extern "C".
+extern "C" {
+#include <cmocka.h>
+}
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <netlink/netlink.h>
+#include <netlink/route/link.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "host/netdev.h"
+
+namespace {
+
+using usiw::gid_from_address;
+using usiw::list_netdevs;
+using usiw::NetdevAddress;
+using usiw::NetdevInfo;
+using usiw::NetdevMonitor;
+using usiw::node_guid_for_netdev;
+using usiw::node_guid_from_mac;
+using usiw::query_netdev;
+
+using Bytes8 = std::array<uint8_t, 8>;
+using Bytes16 = std::array<uint8_t, 16>;
+
+Bytes8 guid_bytes(uint64_t guid) {
+    Bytes8 bytes;
+    std::memcpy(bytes.data(), &guid, bytes.size());
+    return bytes;
+}
+
+bool has_address(const NetdevInfo& netdev, int family, const char* text) {
+    Bytes16 wanted{};
+    if (inet_pton(family, text, wanted.data()) != 1) {
+        return false;
+    }
+    return std::any_of(netdev.addresses.begin(), netdev.addresses.end(),
+                       [&](const NetdevAddress& a) { return a.family == family && a.bytes == wanted; });
+}
+
+NetdevAddress ipv4(const char* text, uint8_t prefix_len) {
+    NetdevAddress address{AF_INET, {}, prefix_len};
+    inet_pton(AF_INET, text, address.bytes.data());
+    return address;
+}
+
+// --- query_netdev and list_netdevs ---
+
+void test_loopback_is_found(void**) {
+    std::string error;
+    const std::optional<NetdevInfo> lo = query_netdev("lo", &error);
+    assert_true(lo.has_value());
+    assert_true(error.empty());
+    assert_string_equal(lo->name.c_str(), "lo");
+    assert_int_equal(lo->ifindex, static_cast<int>(if_nametoindex("lo")));
+    assert_true(lo->loopback);
+    assert_true(lo->mtu > 0);
+    assert_true(lo->mac == (std::array<uint8_t, 6>{}));
+    assert_int_equal(lo->port_active(), lo->admin_up && lo->running);
+}
+
+void test_loopback_addresses_and_gid(void**) {
+    const std::optional<NetdevInfo> lo = query_netdev("lo", nullptr);
+    assert_true(lo.has_value());
+    if (!lo->admin_up) {
+        std::printf("lo is down in this network namespace; it has no addresses to check\n");
+        skip();
+    }
+    // Loopback has no carrier to lose: up means running, means ACTIVE.
+    assert_true(lo->running);
+    assert_true(lo->port_active());
+    assert_true(has_address(*lo, AF_INET, "127.0.0.1"));
+    const auto v4 = std::find_if(lo->addresses.begin(), lo->addresses.end(),
+                                 [](const NetdevAddress& a) { return a.family == AF_INET; });
+    assert_int_equal(v4->prefix_len, 8);
+    const Bytes16 mapped = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1};
+    assert_true(gid_from_address(*v4) == mapped);
+    // IPv4 addresses come before IPv6 ones.
+    assert_true(std::is_partitioned(lo->addresses.begin(), lo->addresses.end(),
+                                    [](const NetdevAddress& a) { return a.family == AF_INET; }));
+}
+
+void test_unknown_netdev_is_an_error(void**) {
+    std::string error;
+    assert_false(query_netdev("nosuchdev9", &error).has_value());
+    assert_string_equal(error.c_str(), "no network device named 'nosuchdev9'");
+    // A null error pointer is allowed.
+    assert_false(query_netdev("nosuchdev9", nullptr).has_value());
+}
+
+void test_list_netdevs_includes_loopback(void**) {
+    std::string error;
+    const std::vector<std::string> names = list_netdevs(&error);
+    assert_true(error.empty());
+    assert_true(std::find(names.begin(), names.end(), "lo") != names.end());
+    std::vector<std::string> sorted = names;
+    std::sort(sorted.begin(), sorted.end());
+    assert_true(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());
+}
+
+// --- node GUID ---
+
+void test_node_guid_from_mac_is_eui64(void**) {
+    const Bytes8 qemu = {0x50, 0x54, 0x00, 0xff, 0xfe, 0x12, 0x34, 0x56};
+    assert_true(guid_bytes(node_guid_from_mac({0x52, 0x54, 0x00, 0x12, 0x34, 0x56})) == qemu);
+    const Bytes8 local = {0x00, 0xfc, 0x00, 0xff, 0xfe, 0x00, 0x00, 0x01};
+    assert_true(guid_bytes(node_guid_from_mac({0x02, 0xfc, 0x00, 0x00, 0x00, 0x01})) == local);
+}
+
+void test_node_guid_for_netdev_uses_the_mac(void**) {
+    NetdevInfo eth;
+    eth.ifindex = 2;
+    eth.name = "eth0";
+    eth.mac = {0x52, 0x54, 0x00, 0x12, 0x34, 0x56};
+    assert_true(node_guid_for_netdev(eth) == node_guid_from_mac(eth.mac));
+}
+
+void test_node_guid_without_mac_is_stable_and_local(void**) {
+    NetdevInfo lo;
+    lo.ifindex = 1;
+    lo.name = "lo";
+    const uint64_t guid = node_guid_for_netdev(lo);
+    assert_true(guid == node_guid_for_netdev(lo));
+    const Bytes8 bytes = guid_bytes(guid);
+    // The synthetic MAC is 02:..., locally administered; flipped that is 00.
+    assert_int_equal(bytes[0], 0x00);
+    assert_int_equal(bytes[3], 0xff);
+    assert_int_equal(bytes[4], 0xfe);
+    assert_true(guid != 0);
+
+    NetdevInfo other = lo;
+    other.name = "tun0";
+    assert_true(node_guid_for_netdev(other) != guid);
+    other = lo;
+    other.ifindex = 7;
+    assert_true(node_guid_for_netdev(other) != guid);
+
+    // The live loopback device gets the same derivation.
+    const std::optional<NetdevInfo> live = query_netdev("lo", nullptr);
+    assert_true(live.has_value());
+    NetdevInfo same = lo;
+    same.ifindex = live->ifindex;
+    assert_true(node_guid_for_netdev(*live) == node_guid_for_netdev(same));
+}
+
+// --- GIDs ---
+
+void test_gid_from_ipv4_is_mapped(void**) {
+    const Bytes16 expected = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 7};
+    assert_true(gid_from_address(ipv4("192.0.2.7", 24)) == expected);
+}
+
+void test_gid_from_ipv6_is_unchanged(void**) {
+    NetdevAddress address{AF_INET6, {}, 64};
+    assert_int_equal(inet_pton(AF_INET6, "fd00::2", address.bytes.data()), 1);
+    const Bytes16 expected = {0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2};
+    assert_true(gid_from_address(address) == expected);
+}
+
+// --- NetdevMonitor ---
+
+void test_monitor_opens_and_drains_without_blocking(void**) {
+    std::string error;
+    std::unique_ptr<NetdevMonitor> monitor = NetdevMonitor::open(&error);
+    assert_non_null(monitor.get());
+    assert_true(monitor->fd() >= 0);
+    assert_true((fcntl(monitor->fd(), F_GETFL) & O_NONBLOCK) != 0);
+    const auto start = std::chrono::steady_clock::now();
+    monitor->drain();  // other activity on the host may or may not be pending
+    monitor->drain();
+    assert_true(std::chrono::steady_clock::now() - start < std::chrono::seconds(2));
+}
+
+// --- port state in a private network namespace (child process) ---
+
+// Checks in the child report by exit status: 0 pass, 77 skip, else the line.
+#define CHILD_CHECK(condition)                                           \
+    do {                                                                 \
+        if (!(condition)) {                                              \
+            std::fprintf(stderr, "child check failed at line %d: %s\n", \
+                         __LINE__, #condition);                          \
+            _exit(__LINE__ % 200 + 1);                                   \
+        }                                                                \
+    } while (0)
+
+constexpr int kChildSkipped = 77;
+
+// A namespace of our own, where lo starts down and we may change it: as root
+// directly, otherwise inside a new user namespace.
+bool enter_private_network_namespace() {
+    if (unshare(CLONE_NEWNET) == 0) {
+        return true;
+    }
+    return unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0;
+}
+
+bool set_loopback_up(bool up) {
+    nl_sock* socket = nl_socket_alloc();
+    if (socket == nullptr || nl_connect(socket, NETLINK_ROUTE) < 0) {
+        nl_socket_free(socket);
+        return false;
+    }
+    rtnl_link* current = nullptr;
+    rtnl_link* change = rtnl_link_alloc();
+    bool ok = rtnl_link_get_kernel(socket, 0, "lo", &current) == 0 && change != nullptr;
+    if (ok) {
+        if (up) {
+            rtnl_link_set_flags(change, IFF_UP);
+        } else {
+            rtnl_link_unset_flags(change, IFF_UP);
+        }
+        ok = rtnl_link_change(socket, current, change, 0) == 0;
+    }
+    rtnl_link_put(change);
+    rtnl_link_put(current);
+    nl_socket_free(socket);
+    return ok;
+}
+
+bool wait_readable(int fd) {
+    pollfd readable{fd, POLLIN, 0};
+    return poll(&readable, 1, 5000) == 1;
+}
+
+[[noreturn]] void port_state_child() {
+    if (!enter_private_network_namespace()) {
+        _exit(kChildSkipped);
+    }
+    std::optional<NetdevInfo> lo = query_netdev("lo", nullptr);
+    CHILD_CHECK(lo.has_value());
+    CHILD_CHECK(!lo->admin_up && !lo->port_active());
+    CHILD_CHECK(lo->addresses.empty());
+
+    std::unique_ptr<NetdevMonitor> monitor = NetdevMonitor::open(nullptr);
+    CHILD_CHECK(monitor != nullptr);
+    CHILD_CHECK(!monitor->drain());  // nothing happened yet
+    CHILD_CHECK(set_loopback_up(true));
+    CHILD_CHECK(wait_readable(monitor->fd()));
+    CHILD_CHECK(monitor->drain());
+    lo = query_netdev("lo", nullptr);
+    CHILD_CHECK(lo.has_value() && lo->admin_up && lo->port_active());
+    CHILD_CHECK(has_address(*lo, AF_INET, "127.0.0.1"));
+
+    CHILD_CHECK(set_loopback_up(false));
+    CHILD_CHECK(wait_readable(monitor->fd()));
+    CHILD_CHECK(monitor->drain());
+    lo = query_netdev("lo", nullptr);
+    CHILD_CHECK(lo.has_value() && !lo->admin_up && !lo->port_active());
+    _exit(0);
+}
+
+void test_port_follows_netdev_in_private_namespace(void**) {
+    std::fflush(nullptr);
+    const pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        port_state_child();
+    }
+    int status = 0;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_true(WIFEXITED(status));
+    if (WEXITSTATUS(status) == kChildSkipped) {
+        std::printf("cannot create a network namespace here; skipped\n");
+        skip();
+    }
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+}  // namespace
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_loopback_is_found),
+        cmocka_unit_test(test_loopback_addresses_and_gid),
+        cmocka_unit_test(test_unknown_netdev_is_an_error),
+        cmocka_unit_test(test_list_netdevs_includes_loopback),
+        cmocka_unit_test(test_node_guid_from_mac_is_eui64),
+        cmocka_unit_test(test_node_guid_for_netdev_uses_the_mac),
+        cmocka_unit_test(test_node_guid_without_mac_is_stable_and_local),
+        cmocka_unit_test(test_gid_from_ipv4_is_mapped),
+        cmocka_unit_test(test_gid_from_ipv6_is_unchanged),
+        cmocka_unit_test(test_monitor_opens_and_drains_without_blocking),
+        cmocka_unit_test(test_port_follows_netdev_in_private_namespace),
+    };
+    return cmocka_run_group_tests(tests, nullptr, nullptr);
+}
