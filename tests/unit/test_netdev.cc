@@ -10,15 +10,6 @@
 // namespace in a child process (a user namespace makes that possible without
 // root) and skips when the system does not allow it.
 
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-// cmocka 1.1.5 declares its functions without extern "C".
-extern "C" {
-#include <cmocka.h>
-}
-
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <net/if.h>
@@ -39,6 +30,16 @@ extern "C" {
 #include <vector>
 
 #include "host/netdev.h"
+
+// cmocka last: it defines macros (fail, skip) that clash with the standard
+// library's names. cmocka 1.1.5 declares its functions without extern "C".
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+extern "C" {
+#include <cmocka.h>
+}
 
 namespace {
 
@@ -65,8 +66,9 @@ bool has_address(const NetdevInfo& netdev, int family, const char* text) {
     if (inet_pton(family, text, wanted.data()) != 1) {
         return false;
     }
-    return std::any_of(netdev.addresses.begin(), netdev.addresses.end(),
-                       [&](const NetdevAddress& a) { return a.family == family && a.bytes == wanted; });
+    return std::any_of(
+        netdev.addresses.begin(), netdev.addresses.end(),
+        [&](const NetdevAddress& a) { return a.family == family && a.bytes == wanted; });
 }
 
 NetdevAddress ipv4(const char* text, uint8_t prefix_len) {
@@ -205,13 +207,12 @@ void test_monitor_opens_and_drains_without_blocking(void**) {
 // --- port state in a private network namespace (child process) ---
 
 // Checks in the child report by exit status: 0 pass, 77 skip, else the line.
-#define CHILD_CHECK(condition)                                           \
-    do {                                                                 \
-        if (!(condition)) {                                              \
-            std::fprintf(stderr, "child check failed at line %d: %s\n", \
-                         __LINE__, #condition);                          \
-            _exit(__LINE__ % 200 + 1);                                   \
-        }                                                                \
+#define CHILD_CHECK(condition)                                                                 \
+    do {                                                                                       \
+        if (!(condition)) {                                                                    \
+            std::fprintf(stderr, "child check failed at line %d: %s\n", __LINE__, #condition); \
+            _exit(__LINE__ % 200 + 1);                                                         \
+        }                                                                                      \
     } while (0)
 
 constexpr int kChildSkipped = 77;

@@ -1,0 +1,340 @@
+#include "host/netdev.h"
+
+#include <linux/if_addr.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <netlink/cache.h>
+#include <netlink/errno.h>
+#include <netlink/msg.h>
+#include <netlink/netlink.h>
+#include <netlink/route/addr.h>
+#include <netlink/route/link.h>
+#include <netlink/socket.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace usiw {
+
+void NlSocketDeleter::operator()(nl_sock* socket) const {
+    nl_socket_free(socket);  // closes the fd too
+}
+
+namespace {
+
+struct NlCacheDeleter {
+    void operator()(nl_cache* cache) const { nl_cache_free(cache); }
+};
+using NlCachePtr = std::unique_ptr<nl_cache, NlCacheDeleter>;
+
+struct RtnlLinkDeleter {
+    void operator()(rtnl_link* link) const { rtnl_link_put(link); }
+};
+using RtnlLinkPtr = std::unique_ptr<rtnl_link, RtnlLinkDeleter>;
+
+void set_error(std::string* error, std::string message) {
+    if (error != nullptr) {
+        *error = std::move(message);
+    }
+}
+
+std::string nl_failure(const char* what, int nl_error) {
+    return std::string(what) + ": " + nl_geterror(nl_error);
+}
+
+// A rtnetlink socket connected for request/response (cache fills).
+NlSocketPtr connect_route_socket(std::string* error) {
+    NlSocketPtr socket(nl_socket_alloc());
+    if (!socket) {
+        set_error(error, "cannot allocate a netlink socket");
+        return nullptr;
+    }
+    const int rc = nl_connect(socket.get(), NETLINK_ROUTE);
+    if (rc < 0) {
+        set_error(error, nl_failure("cannot open a rtnetlink socket", rc));
+        return nullptr;
+    }
+    return socket;
+}
+
+NlCachePtr fill_link_cache(nl_sock* socket, std::string* error) {
+    nl_cache* cache = nullptr;
+    const int rc = rtnl_link_alloc_cache(socket, AF_UNSPEC, &cache);
+    if (rc < 0) {
+        set_error(error, nl_failure("cannot list network devices", rc));
+        return nullptr;
+    }
+    return NlCachePtr(cache);
+}
+
+NlCachePtr fill_address_cache(nl_sock* socket, std::string* error) {
+    nl_cache* cache = nullptr;
+    const int rc = rtnl_addr_alloc_cache(socket, &cache);
+    if (rc < 0) {
+        set_error(error, nl_failure("cannot list network addresses", rc));
+        return nullptr;
+    }
+    return NlCachePtr(cache);
+}
+
+std::array<uint8_t, 6> ethernet_address_of(rtnl_link* link) {
+    std::array<uint8_t, 6> mac{};
+    nl_addr* address = rtnl_link_get_addr(link);
+    // Tunnels and the like carry addresses of other sizes; they have no MAC.
+    if (address != nullptr && nl_addr_get_len(address) == mac.size()) {
+        std::memcpy(mac.data(), nl_addr_get_binary_addr(address), mac.size());
+    }
+    return mac;
+}
+
+NetdevInfo describe_link(rtnl_link* link) {
+    NetdevInfo info;
+    info.ifindex = rtnl_link_get_ifindex(link);
+    info.name = rtnl_link_get_name(link);
+    const unsigned flags = rtnl_link_get_flags(link);
+    info.admin_up = (flags & IFF_UP) != 0;
+    info.loopback = (flags & IFF_LOOPBACK) != 0;
+    // Loopback has no carrier to lose: its operstate is UNKNOWN, which the
+    // kernel already reports as IFF_RUNNING, but do not depend on that.
+    info.running = (flags & IFF_RUNNING) != 0 || (info.loopback && info.admin_up);
+    info.mtu = rtnl_link_get_mtu(link);
+    info.mac = ethernet_address_of(link);
+    return info;
+}
+
+// Addresses that cannot be bound yet (IPv6 duplicate address detection still
+// running) or ever (DAD failed). The kernel announces the address again once
+// DAD completes, so a NetdevMonitor user picks it up then.
+bool address_usable(rtnl_addr* address) {
+    return (rtnl_addr_get_flags(address) & (IFA_F_TENTATIVE | IFA_F_DADFAILED)) == 0;
+}
+
+std::optional<NetdevAddress> convert_address(rtnl_addr* address) {
+    nl_addr* local = rtnl_addr_get_local(address);
+    if (local == nullptr) {
+        return std::nullopt;
+    }
+    NetdevAddress result;
+    result.family = nl_addr_get_family(local);
+    const size_t size = nl_addr_get_len(local);
+    const size_t expected = result.family == AF_INET ? 4 : result.family == AF_INET6 ? 16 : 0;
+    if (expected == 0 || size != expected) {
+        return std::nullopt;
+    }
+    std::memcpy(result.bytes.data(), nl_addr_get_binary_addr(local), size);
+    result.prefix_len = static_cast<uint8_t>(rtnl_addr_get_prefixlen(address));
+    return result;
+}
+
+std::vector<NetdevAddress> addresses_of(nl_cache* addresses, int ifindex) {
+    std::vector<NetdevAddress> result;
+    for (nl_object* object = nl_cache_get_first(addresses); object != nullptr;
+         object = nl_cache_get_next(object)) {
+        auto* address = reinterpret_cast<rtnl_addr*>(object);
+        if (rtnl_addr_get_ifindex(address) != ifindex || !address_usable(address)) {
+            continue;
+        }
+        if (std::optional<NetdevAddress> converted = convert_address(address)) {
+            result.push_back(*converted);
+        }
+    }
+    std::stable_partition(result.begin(), result.end(),
+                          [](const NetdevAddress& a) { return a.family == AF_INET; });
+    return result;
+}
+
+uint64_t pack_bytes(const std::array<uint8_t, 8>& bytes) {
+    uint64_t value = 0;
+    std::memcpy(&value, bytes.data(), bytes.size());
+    return value;
+}
+
+// FNV-1a, 64-bit: tiny, well known and stable across builds, which is all a
+// GUID for a MAC-less netdev needs.
+uint64_t fnv1a(uint64_t hash, const uint8_t* data, size_t size) {
+    for (size_t i = 0; i < size; ++i) {
+        hash ^= data[i];
+        hash *= 0x100000001b3ULL;
+    }
+    return hash;
+}
+
+std::array<uint8_t, 6> synthetic_mac(int ifindex, const std::string& name) {
+    const uint32_t index = static_cast<uint32_t>(ifindex);
+    const uint8_t index_bytes[4] = {static_cast<uint8_t>(index), static_cast<uint8_t>(index >> 8),
+                                    static_cast<uint8_t>(index >> 16),
+                                    static_cast<uint8_t>(index >> 24)};
+    uint64_t hash = fnv1a(0xcbf29ce484222325ULL, index_bytes, sizeof index_bytes);
+    hash = fnv1a(hash, reinterpret_cast<const uint8_t*>(name.data()), name.size());
+    std::array<uint8_t, 6> mac{};
+    mac[0] = 0x02;  // locally administered, unicast
+    for (size_t i = 1; i < mac.size(); ++i) {
+        mac[i] = static_cast<uint8_t>(hash >> (64 - 8 * i));
+    }
+    return mac;
+}
+
+}  // namespace
+
+std::optional<NetdevInfo> query_netdev(const std::string& name, std::string* error) {
+    NlSocketPtr socket = connect_route_socket(error);
+    if (!socket) {
+        return std::nullopt;
+    }
+    NlCachePtr links = fill_link_cache(socket.get(), error);
+    if (!links) {
+        return std::nullopt;
+    }
+    RtnlLinkPtr link(rtnl_link_get_by_name(links.get(), name.c_str()));
+    if (!link) {
+        set_error(error, "no network device named '" + name + "'");
+        return std::nullopt;
+    }
+    NetdevInfo info = describe_link(link.get());
+    NlCachePtr addresses = fill_address_cache(socket.get(), error);
+    if (!addresses) {
+        return std::nullopt;
+    }
+    info.addresses = addresses_of(addresses.get(), info.ifindex);
+    return info;
+}
+
+std::vector<std::string> list_netdevs(std::string* error) {
+    NlSocketPtr socket = connect_route_socket(error);
+    if (!socket) {
+        return {};
+    }
+    NlCachePtr links = fill_link_cache(socket.get(), error);
+    if (!links) {
+        return {};
+    }
+    std::vector<std::pair<int, std::string>> by_index;
+    for (nl_object* object = nl_cache_get_first(links.get()); object != nullptr;
+         object = nl_cache_get_next(object)) {
+        auto* link = reinterpret_cast<rtnl_link*>(object);
+        by_index.emplace_back(rtnl_link_get_ifindex(link), rtnl_link_get_name(link));
+    }
+    std::sort(by_index.begin(), by_index.end());
+    std::vector<std::string> names;
+    names.reserve(by_index.size());
+    for (auto& [index, name] : by_index) {
+        names.push_back(std::move(name));
+    }
+    return names;
+}
+
+uint64_t node_guid_from_mac(const std::array<uint8_t, 6>& mac) {
+    const std::array<uint8_t, 8> eui64 = {
+        static_cast<uint8_t>(mac[0] ^ 0x02), mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]};
+    return pack_bytes(eui64);
+}
+
+uint64_t node_guid_for_netdev(const NetdevInfo& netdev) {
+    const bool has_mac =
+        std::any_of(netdev.mac.begin(), netdev.mac.end(), [](uint8_t byte) { return byte != 0; });
+    return node_guid_from_mac(has_mac ? netdev.mac : synthetic_mac(netdev.ifindex, netdev.name));
+}
+
+std::array<uint8_t, 16> gid_from_address(const NetdevAddress& address) {
+    if (address.family == AF_INET6) {
+        return address.bytes;
+    }
+    std::array<uint8_t, 16> gid{};
+    gid[10] = 0xff;
+    gid[11] = 0xff;
+    std::memcpy(&gid[12], address.bytes.data(), 4);
+    return gid;
+}
+
+// --- NetdevMonitor ---
+
+std::unique_ptr<NetdevMonitor> NetdevMonitor::open(std::string* error) {
+    NlSocketPtr socket(nl_socket_alloc());
+    if (!socket) {
+        set_error(error, "cannot allocate a netlink socket");
+        return nullptr;
+    }
+    // Notifications carry no sequence numbers of ours.
+    nl_socket_disable_seq_check(socket.get());
+    int rc = nl_connect(socket.get(), NETLINK_ROUTE);
+    if (rc < 0) {
+        set_error(error, nl_failure("cannot open a rtnetlink socket", rc));
+        return nullptr;
+    }
+    rc = nl_socket_add_memberships(socket.get(), RTNLGRP_LINK, RTNLGRP_IPV4_IFADDR,
+                                   RTNLGRP_IPV6_IFADDR, 0);
+    if (rc < 0) {
+        set_error(error, nl_failure("cannot subscribe to link and address changes", rc));
+        return nullptr;
+    }
+    rc = nl_socket_set_nonblocking(socket.get());
+    if (rc < 0) {
+        set_error(error, nl_failure("cannot make the rtnetlink socket non-blocking", rc));
+        return nullptr;
+    }
+    std::unique_ptr<NetdevMonitor> monitor(new NetdevMonitor(std::move(socket)));
+    rc = nl_socket_modify_cb(monitor->socket_.get(), NL_CB_VALID, NL_CB_CUSTOM,
+                             &NetdevMonitor::on_message, monitor.get());
+    if (rc < 0) {
+        set_error(error, nl_failure("cannot install the notification handler", rc));
+        return nullptr;
+    }
+    return monitor;
+}
+
+NetdevMonitor::NetdevMonitor(NlSocketPtr socket) : socket_(std::move(socket)) {}
+
+NetdevMonitor::~NetdevMonitor() = default;
+
+int NetdevMonitor::fd() const {
+    return nl_socket_get_fd(socket_.get());
+}
+
+int NetdevMonitor::on_message(nl_msg* message, void* self) {
+    switch (nlmsg_hdr(message)->nlmsg_type) {
+        case RTM_NEWLINK:
+        case RTM_DELLINK:
+        case RTM_NEWADDR:
+        case RTM_DELADDR:
+            static_cast<NetdevMonitor*>(self)->changed_ = true;
+            break;
+        default:
+            break;
+    }
+    return NL_OK;
+}
+
+bool NetdevMonitor::drain() {
+    changed_ = false;
+    // Poll before each read instead of trusting nl_recvmsgs to report an
+    // empty socket: libnl versions differ in how they surface EAGAIN, and
+    // this must never block. A lost-notification error shows as POLLERR
+    // alone; read it too, or the caller's poll would wake up forever. The
+    // bound keeps a notification storm from holding the caller here; what
+    // is left keeps the fd readable.
+    constexpr int kMaxReads = 1024;
+    pollfd pending{fd(), POLLIN, 0};
+    for (int reads = 0; reads < kMaxReads; ++reads) {
+        if (poll(&pending, 1, 0) <= 0 || (pending.revents & (POLLIN | POLLERR)) == 0) {
+            break;
+        }
+        const int rc = nl_recvmsgs_default(socket_.get());
+        if (rc == -NLE_AGAIN) {
+            break;
+        }
+        if (rc < 0) {
+            // ENOBUFS (reported as NLE_NOMEM) means notifications were
+            // dropped; anything else leaves us unsure too. Either way the
+            // caller must re-read the state.
+            changed_ = true;
+            if (rc != -NLE_NOMEM) {
+                break;
+            }
+        }
+    }
+    return changed_;
+}
+
+}  // namespace usiw

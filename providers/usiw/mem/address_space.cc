@@ -1,0 +1,42 @@
+#include "mem/address_space.h"
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+
+namespace usiw {
+
+int check_mapping(uintptr_t addr, size_t length, bool need_write) {
+    if (length == 0 || addr + length < addr)
+        return EFAULT;
+    FILE* maps = std::fopen("/proc/self/maps", "re");
+    if (!maps)
+        return ENOMEM;
+    // Mappings are listed in address order; walk them, extending the covered
+    // prefix of the range until it is whole or a gap or missing right shows.
+    uintptr_t covered = addr;
+    const uintptr_t end = addr + length;
+    char line[512];
+    int result = EFAULT;
+    while (std::fgets(line, sizeof line, maps)) {
+        uintptr_t lo = 0, hi = 0;
+        char perms[5] = {};
+        if (std::sscanf(line, "%" SCNxPTR "-%" SCNxPTR " %4s", &lo, &hi, perms) != 3)
+            continue;
+        if (hi <= covered)
+            continue;
+        if (lo > covered)
+            break;  // a hole in the range
+        if (perms[0] != 'r' || (need_write && perms[1] != 'w'))
+            break;
+        covered = hi;
+        if (covered >= end) {
+            result = 0;
+            break;
+        }
+    }
+    std::fclose(maps);
+    return result;
+}
+
+}  // namespace usiw

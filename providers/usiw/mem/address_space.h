@@ -1,0 +1,16 @@
+// Whether a range of this process's memory can back a registration. A
+// kernel RNIC pins the pages and fails with EFAULT where they are not mapped
+// (or not writable when write access is asked for); usiw reads the same
+// facts from /proc/self/maps so registrations fail the same way.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace usiw {
+
+// 0 if [addr, addr + length) is mapped readable (and writable if
+// `need_write`), else EFAULT; ENOMEM if the map cannot be read.
+int check_mapping(uintptr_t addr, size_t length, bool need_write);
+
+}  // namespace usiw

@@ -1,0 +1,133 @@
+#include "mem/stag_table.h"
+
+#include <sys/random.h>
+
+namespace usiw {
+
+namespace {
+constexpr uint32_t index_of(uint32_t stag) {
+    return stag >> 8;
+}
+constexpr uint8_t key_of(uint32_t stag) {
+    return static_cast<uint8_t>(stag);
+}
+
+uint32_t random_seed() {
+    uint32_t seed = 0;
+    if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != sizeof seed)
+        seed = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(&seed));
+    return seed ? seed : 1;
+}
+}  // namespace
+
+const char* stag_error_message(StagError error) {
+    switch (error) {
+        case StagError::kNone:
+            return "access allowed";
+        case StagError::kInvalidStag:
+            return "no memory region with this STag (unknown index or wrong key)";
+        case StagError::kWrongPd:
+            return "the memory region belongs to another protection domain";
+        case StagError::kAccessRights:
+            return "the memory region does not grant this access";
+        case StagError::kBounds:
+            return "the access lies outside the memory region";
+        case StagError::kToWrap:
+            return "tagged offset plus length passes 2^64";
+    }
+    return "unknown STag error";
+}
+
+StagTable::StagTable(uint32_t max_regions)
+    : slots_(1),
+      max_regions_(max_regions < kMaxIndex ? max_regions : kMaxIndex),
+      keys_(random_seed()) {}
+
+uint32_t StagTable::add(const void* pd, uintptr_t addr, uint64_t iova, uint64_t length,
+                        unsigned access) {
+    std::lock_guard lock(mutex_);
+    if (live_ >= max_regions_)
+        return 0;
+    uint32_t index;
+    if (!free_.empty()) {
+        index = free_.back();
+        free_.pop_back();
+    } else {
+        index = static_cast<uint32_t>(slots_.size());
+        slots_.emplace_back();
+    }
+    Slot& slot = slots_[index];
+    // A fresh key on every use of a slot makes a stale STag from an earlier
+    // registration fail the key check instead of reaching new memory.
+    uint8_t key = static_cast<uint8_t>(keys_());
+    if (key == slot.key)
+        ++key;
+    slot.key = key;
+    slot.live = true;
+    slot.region = {(index << 8) | key, pd, addr, iova, length, access | kAccessLocalRead};
+    ++live_;
+    return slot.region.stag;
+}
+
+bool StagTable::update(uint32_t stag, const void* pd, uintptr_t addr, uint64_t iova,
+                       uint64_t length, unsigned access) {
+    std::lock_guard lock(mutex_);
+    const uint32_t index = index_of(stag);
+    if (index == 0 || index >= slots_.size())
+        return false;
+    Slot& slot = slots_[index];
+    if (!slot.live || slot.key != key_of(stag))
+        return false;
+    slot.region = {stag, pd, addr, iova, length, access | kAccessLocalRead};
+    return true;
+}
+
+bool StagTable::remove(uint32_t stag) {
+    std::lock_guard lock(mutex_);
+    const uint32_t index = index_of(stag);
+    if (index == 0 || index >= slots_.size())
+        return false;
+    Slot& slot = slots_[index];
+    if (!slot.live || slot.key != key_of(stag))
+        return false;
+    slot.live = false;
+    free_.push_back(index);
+    --live_;
+    return true;
+}
+
+size_t StagTable::size() const {
+    std::lock_guard lock(mutex_);
+    return live_;
+}
+
+bool StagTable::lookup(uint32_t stag, StagRegion* out) const {
+    std::lock_guard lock(mutex_);
+    const uint32_t index = index_of(stag);
+    if (index == 0 || index >= slots_.size())
+        return false;
+    const Slot& slot = slots_[index];
+    if (!slot.live || slot.key != key_of(stag))
+        return false;
+    *out = slot.region;
+    return true;
+}
+
+StagError StagTable::check(uint32_t stag, const void* pd, uint64_t to, uint64_t length,
+                           unsigned required, uintptr_t* addr) const {
+    StagRegion r;
+    if (!lookup(stag, &r))
+        return StagError::kInvalidStag;
+    if (r.pd != pd)
+        return StagError::kWrongPd;
+    if ((r.access & required) != required)
+        return StagError::kAccessRights;
+    if (length > 0 && to > UINT64_MAX - (length - 1))
+        return StagError::kToWrap;
+    if (to < r.iova || to - r.iova > r.length || length > r.length - (to - r.iova))
+        return StagError::kBounds;
+    *addr = r.addr + static_cast<uintptr_t>(to - r.iova);
+    return StagError::kNone;
+}
+
+}  // namespace usiw

@@ -1,0 +1,152 @@
+// Opening and closing a usiw device, the queries that describe it, and
+// asynchronous events.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+#include "verbs/device_monitor.h"
+#include "verbs/log.h"
+#include "verbs/verbs.h"
+
+namespace usiw {
+
+namespace {
+
+// ib_uverbs_async_event_desc: what ibv_get_async_event reads.
+struct AsyncEventRecord {
+    uint64_t element;
+    uint32_t event_type;
+    uint32_t reserved;
+};
+static_assert(sizeof(AsyncEventRecord) == 16);
+
+void free_context(ibv_context* ibctx) {
+    Context* ctx = to_context(ibctx);
+    {
+        std::lock_guard lock(ctx->device->mutex);
+        auto& open = ctx->device->open_contexts;
+        open.erase(std::remove(open.begin(), open.end(), ctx), open.end());
+    }
+    if (ctx->async_write_fd >= 0)
+        close(ctx->async_write_fd);
+    ContextShell* shell = ctx->shell;
+    delete ctx;
+    // Closes the async event read end and the command fd, drops the device.
+    verbs_uninit_context(&shell->vctx);
+    free(shell);
+}
+
+int query_device_ex(ibv_context* ibctx, const ibv_query_device_ex_input* input,
+                    ibv_device_attr_ex* attr, size_t attr_size) {
+    if (input && input->comp_mask != 0)
+        return EINVAL;
+    if (attr_size < sizeof(attr->orig_attr))
+        return EINVAL;
+    const size_t size = std::min(attr_size, sizeof(ibv_device_attr_ex));
+    std::memset(attr, 0, size);
+    to_context(ibctx)->device->fill_device_attr(&attr->orig_attr);
+    return 0;
+}
+
+int query_port(ibv_context* ibctx, uint8_t port_num, ibv_port_attr* attr) {
+    if (port_num != 1)
+        return EINVAL;
+    to_context(ibctx)->device->fill_port_attr(attr);
+    return 0;
+}
+
+void async_event(ibv_context*, ibv_async_event*) {
+    // Nothing to update when the application reads an event: the record
+    // already carries the object pointer libibverbs hands back.
+}
+
+}  // namespace
+
+void Context::post_async_event(uint64_t element, ibv_event_type type) {
+    const AsyncEventRecord record{element, static_cast<uint32_t>(type), 0};
+    // The write end is non-blocking: a datapath thread must never wait for an
+    // application that does not read its events. A pipe holds 4096 records.
+    if (write(async_write_fd, &record, sizeof record) != sizeof record)
+        log_error("%s: async event %s lost: the application has %s", device->name.c_str(),
+                  ibv_event_type_str(type), "not read its queued async events");
+}
+
+verbs_context* open_context(Device* device, int cmd_fd) {
+    auto* shell = static_cast<ContextShell*>(_verbs_init_and_alloc_context(
+        device->ibv(), cmd_fd, sizeof(ContextShell),
+        reinterpret_cast<verbs_context*>(offsetof(ContextShell, vctx)), 0));
+    if (!shell)
+        return nullptr;  // libibverbs closed cmd_fd and set errno
+
+    auto* ctx = new (std::nothrow) Context;
+    int fds[2];
+    if (!ctx || pipe2(fds, O_CLOEXEC) != 0) {
+        const int err = ctx ? errno : ENOMEM;
+        delete ctx;
+        verbs_uninit_context(&shell->vctx);
+        free(shell);
+        errno = err;
+        return nullptr;
+    }
+    fcntl(fds[1], F_SETFL, O_NONBLOCK);
+    shell->state = ctx;
+    ctx->shell = shell;
+    ctx->device = device;
+    ctx->async_write_fd = fds[1];
+
+    ibv_context* ibctx = ctx->ibv();
+    ibctx->async_fd = fds[0];
+    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    ibctx->num_comp_vectors = cpus > 0 ? static_cast<int>(cpus) : 1;
+    verbs_set_ops(&shell->vctx, &context_ops());
+
+    device->refresh();
+    {
+        std::lock_guard lock(device->mutex);
+        device->open_contexts.push_back(ctx);
+    }
+    watch_device(device);
+    return &shell->vctx;
+}
+
+const verbs_context_ops& context_ops() {
+    // Listed in rdma-core's order; absent ops answer EOPNOTSUPP.
+    static const verbs_context_ops ops = [] {
+        verbs_context_ops o{};
+        o.alloc_pd = alloc_pd;
+        o.async_event = async_event;
+        o.cq_event = cq_event;
+        o.create_cq = create_cq;
+        o.create_qp = create_qp;
+        o.create_qp_ex = create_qp_ex;
+        o.create_srq = create_srq;
+        o.dealloc_pd = dealloc_pd;
+        o.dereg_mr = dereg_mr;
+        o.destroy_cq = destroy_cq;
+        o.destroy_qp = destroy_qp;
+        o.destroy_srq = destroy_srq;
+        o.free_context = free_context;
+        o.modify_qp = modify_qp;
+        o.modify_srq = modify_srq;
+        o.poll_cq = poll_cq;
+        o.post_recv = post_recv;
+        o.post_send = post_send;
+        o.post_srq_recv = post_srq_recv;
+        o.query_device_ex = query_device_ex;
+        o.query_port = query_port;
+        o.query_qp = query_qp;
+        o.query_srq = query_srq;
+        o.reg_mr = reg_mr;
+        o.req_notify_cq = req_notify_cq;
+        o.rereg_mr = rereg_mr;
+        o.resize_cq = resize_cq;
+        return o;
+    }();
+    return ops;
+}
+
+}  // namespace usiw

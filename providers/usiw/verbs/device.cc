@@ -1,0 +1,132 @@
+#include "verbs/device.h"
+
+#include <cstring>
+
+namespace usiw {
+
+ibv_mtu mtu_enum_for(uint32_t netdev_mtu) {
+    if (netdev_mtu >= 4096)
+        return IBV_MTU_4096;
+    if (netdev_mtu >= 2048)
+        return IBV_MTU_2048;
+    if (netdev_mtu >= 1024)
+        return IBV_MTU_1024;
+    if (netdev_mtu >= 512)
+        return IBV_MTU_512;
+    return IBV_MTU_256;
+}
+
+namespace {
+bool same_addresses(const std::vector<NetdevAddress>& a, const std::vector<NetdevAddress>& b) {
+    if (a.size() != b.size())
+        return false;
+    for (size_t i = 0; i < a.size(); ++i)
+        if (a[i].family != b[i].family || a[i].bytes != b[i].bytes)
+            return false;
+    return true;
+}
+}  // namespace
+
+unsigned Device::refresh() {
+    std::string error;
+    auto fresh = query_netdev(netdev, &error);
+    std::lock_guard lock(mutex);
+    const bool was_active = netdev_present && info.port_active();
+    const std::vector<NetdevAddress> old_addresses =
+        netdev_present ? info.addresses : std::vector<NetdevAddress>{};
+    netdev_present = fresh.has_value();
+    if (fresh) {
+        info = std::move(*fresh);
+        node_guid = node_guid_for_netdev(info);
+    } else {
+        info.addresses.clear();
+    }
+    unsigned changes = kNone;
+    if (was_active != (netdev_present && info.port_active()))
+        changes |= kPortState;
+    if (!same_addresses(old_addresses, info.addresses))
+        changes |= kGids;
+    return changes;
+}
+
+uint32_t Device::mtu() {
+    std::lock_guard lock(mutex);
+    return netdev_present ? info.mtu : 0;
+}
+
+uint64_t Device::guid() {
+    std::lock_guard lock(mutex);
+    return node_guid;
+}
+
+void Device::fill_device_attr(ibv_device_attr* a) {
+    std::memset(a, 0, sizeof *a);
+    std::strncpy(a->fw_ver, kFirmwareVersion, sizeof a->fw_ver - 1);
+    a->node_guid = guid();
+    a->sys_image_guid = a->node_guid;
+    a->max_mr_size = UINT64_MAX;
+    a->page_size_cap = 4096;
+    a->vendor_id = kVendorId;
+    a->vendor_part_id = kVendorPartId;
+    a->hw_ver = 0;
+    a->max_qp = kMaxQp;
+    a->max_qp_wr = kMaxQpWr;
+    a->device_cap_flags = 0;
+    a->max_sge = kMaxSendSge;
+    a->max_sge_rd = kMaxSgeRd;
+    a->max_cq = kMaxCq;
+    a->max_cqe = kMaxCqe;
+    a->max_mr = kMaxMr;
+    a->max_pd = kMaxPd;
+    a->max_qp_rd_atom = kMaxOrdIrd;
+    a->max_ee_rd_atom = 0;
+    a->max_res_rd_atom = kMaxQp * kMaxOrdIrd;
+    a->max_qp_init_rd_atom = kMaxOrdIrd;
+    a->max_ee_init_rd_atom = 0;
+    a->atomic_cap = IBV_ATOMIC_NONE;
+    a->max_mw = 0;
+    a->max_srq = kMaxSrq;
+    a->max_srq_wr = kMaxSrqWr;
+    a->max_srq_sge = kMaxSrqSge;
+    a->max_pkeys = 1;
+    a->local_ca_ack_delay = 0;
+    a->phys_port_cnt = 1;
+}
+
+void Device::fill_port_attr(ibv_port_attr* a) {
+    std::lock_guard lock(mutex);
+    const bool active = netdev_present && info.port_active();
+    std::memset(a, 0, sizeof *a);
+    a->state = active ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
+    a->phys_state = active ? 5 /* LinkUp */ : 3 /* Disabled */;
+    a->max_mtu = IBV_MTU_4096;
+    a->active_mtu = mtu_enum_for(netdev_present ? info.mtu : 0);
+    a->gid_tbl_len = kMaxGids;
+    a->port_cap_flags = IBV_PORT_CM_SUP | IBV_PORT_DEVICE_MGMT_SUP;
+    a->max_msg_sz = kMaxMessageSize;
+    a->pkey_tbl_len = 1;
+    a->lid = 0;
+    a->sm_lid = 0;
+    a->lmc = 0;
+    a->max_vl_num = 1;
+    a->active_width = 1;  // 1X
+    a->active_speed = 1;  // SDR: usiw does not pretend to know the wire speed
+    a->link_layer = IBV_LINK_LAYER_ETHERNET;
+}
+
+bool Device::gid(unsigned index, ibv_gid* out) {
+    std::memset(out, 0, sizeof *out);
+    if (index >= kMaxGids)
+        return false;
+    std::lock_guard lock(mutex);
+    if (!netdev_present)
+        return true;
+    // IPv4 first, then IPv6: the order query_netdev reports them in.
+    if (index < info.addresses.size()) {
+        const auto raw = gid_from_address(info.addresses[index]);
+        std::memcpy(out->raw, raw.data(), sizeof out->raw);
+    }
+    return true;
+}
+
+}  // namespace usiw

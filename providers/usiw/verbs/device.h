@@ -1,0 +1,75 @@
+// A usiw device: one iWARP RNIC with one port, bound to a netdev. It holds
+// what rdma-core's device list shows (a verbs_device, first member) and the
+// netdev state its port mirrors. The device is the same whatever found it
+// (the link configuration in user space today, the kernel shim later).
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "glue/rdma_core_abi.h"
+#include "host/netdev.h"
+
+namespace usiw {
+
+// Limits. At least Linux siw's, beyond it where it costs little.
+inline constexpr uint32_t kMaxSendSge = 6;
+inline constexpr uint32_t kMaxRecvSge = 6;
+inline constexpr uint32_t kMaxSgeRd = 6;  // several local SGEs per RDMA READ (mapped STags)
+inline constexpr uint32_t kMaxInlineData = 256;
+inline constexpr uint32_t kMaxQp = 131072;
+inline constexpr uint32_t kMaxQpWr = 32768;
+inline constexpr uint32_t kMaxCq = 131072;
+inline constexpr uint32_t kMaxCqe = 3276800;
+inline constexpr uint32_t kMaxMr = 1024000;
+inline constexpr uint32_t kMaxPd = 204800;
+inline constexpr uint32_t kMaxOrdIrd = 128;
+inline constexpr uint32_t kMaxSrq = 13107;
+inline constexpr uint32_t kMaxSrqWr = 32768;
+inline constexpr uint32_t kMaxSrqSge = kMaxRecvSge;
+inline constexpr uint32_t kMaxGids = 16;
+inline constexpr uint64_t kMaxMessageSize = 1ull << 31;
+inline constexpr uint32_t kVendorId = 0x757369;  // "usi": usiw's own, not an IEEE OUI user
+inline constexpr uint32_t kVendorPartId = 1;
+inline constexpr const char* kFirmwareVersion = "usiw-0.1.0";
+
+struct Context;
+
+struct Device {
+    verbs_device vdev{};  // first: what rdma-core lists and opens
+    std::string name;     // e.g. usiw0
+    std::string netdev;   // e.g. lo
+    int index = 0;        // position in the usiw device list
+
+    std::mutex mutex;  // protects everything below
+    bool netdev_present = false;
+    NetdevInfo info;
+    uint64_t node_guid = 0;  // big-endian, as ibv_get_device_guid returns
+    std::vector<Context*> open_contexts;
+
+    // Re-reads the netdev. Returns what changed for the port.
+    enum Change : unsigned { kNone = 0, kPortState = 1u << 0, kGids = 1u << 1 };
+    unsigned refresh();
+    uint32_t mtu();
+
+    void fill_device_attr(ibv_device_attr* attr);
+    void fill_port_attr(ibv_port_attr* attr);
+    // GID table: the netdev's IPv4 addresses (IPv4-mapped) then its IPv6
+    // addresses, kMaxGids entries at most; empty entries are zero.
+    bool gid(unsigned index, ibv_gid* out);
+    uint64_t guid();
+    ibv_device* ibv() { return &vdev.device; }
+};
+
+inline Device* to_device(ibv_device* d) {
+    return reinterpret_cast<Device*>(d);
+}
+
+// IB MTU enum for a netdev MTU: the largest of 256..4096 that fits.
+ibv_mtu mtu_enum_for(uint32_t netdev_mtu);
+
+}  // namespace usiw

@@ -1,0 +1,175 @@
+// The verbs objects of a usiw device, each embedding the rdma-core structure
+// it is handed out as (first member, so a pointer converts both ways).
+//
+// Threading model. rdma-core lets applications call verbs on different
+// objects from many threads at once, and on one object from several (e.g.
+// post_send and poll_cq on different threads). Each object therefore
+// guards its mutable state with its own mutex, named after what it protects.
+// Lock order, outer to inner: Context::objects_mutex, Qp::state_mutex,
+// Qp::sq_mutex / Qp::rq_mutex / Srq::mutex, Cq::mutex. A CQ push never
+// takes another object's lock, so completions can be posted from any path.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "glue/rdma_core_abi.h"
+#include "mem/stag_table.h"
+#include "verbs/device.h"
+#include "verbs/ring.h"
+
+namespace usiw {
+
+struct Context;
+
+// A completion channel created by usiw's ibv_create_comp_channel: the pipe's
+// read end is the fd the application polls (libibverbs reads 8-byte CQ
+// handles from it); the write end is ours.
+struct CompChannel {
+    ibv_comp_channel ibv;
+    int write_fd = -1;
+};
+
+struct Pd {
+    ibv_pd ibv{};
+    Context* context = nullptr;
+    std::atomic<uint32_t> users{0};  // MRs, QPs, SRQs; a PD in use cannot be freed
+};
+
+struct Mr {
+    verbs_mr vmr{};
+    Pd* pd = nullptr;
+    uint32_t stag = 0;
+};
+
+// One completion queue: a bounded ring of work completions.
+struct Cq {
+    verbs_cq vcq{};
+    Context* context = nullptr;
+    CompChannel* channel = nullptr;
+    std::atomic<uint32_t> users{0};  // QPs and SRQs bound to it
+
+    std::mutex mutex;  // protects everything below
+    Ring<ibv_wc> entries;
+    enum class Arm : uint8_t { kNone, kNext, kSolicited } armed = Arm::kNone;
+    bool overflowed = false;
+};
+
+// Receive work request as queued: scatter list copied out of the caller's
+// ibv_recv_wr, since the caller may reuse it at once.
+struct RecvWqe {
+    uint64_t wr_id = 0;
+    uint32_t num_sge = 0;
+    ibv_sge sge[kMaxRecvSge]{};
+};
+
+// Send work request as queued. Inline data is copied into `inline_data`;
+// otherwise the SGEs reference registered memory by lkey.
+struct SendWqe {
+    uint64_t wr_id = 0;
+    ibv_wr_opcode opcode = IBV_WR_SEND;
+    unsigned int send_flags = 0;
+    uint32_t num_sge = 0;
+    ibv_sge sge[kMaxSendSge]{};
+    uint64_t remote_addr = 0;
+    uint32_t rkey = 0;
+    uint32_t invalidate_rkey = 0;
+    uint32_t imm_data = 0;
+    uint32_t inline_length = 0;
+    uint8_t inline_data[kMaxInlineData];
+};
+
+struct Srq {
+    verbs_srq vsrq{};
+    Context* context = nullptr;
+    Pd* pd = nullptr;
+    std::atomic<uint32_t> users{0};  // QPs attached
+
+    std::mutex mutex;  // protects everything below
+    Ring<RecvWqe> queue;
+    uint32_t max_sge = 0;
+    uint32_t limit = 0;  // armed SRQ limit (0 = not armed)
+};
+
+struct Qp {
+    verbs_qp vqp{};
+    Context* context = nullptr;
+    Pd* pd = nullptr;
+    Cq* send_cq = nullptr;
+    Cq* recv_cq = nullptr;
+    Srq* srq = nullptr;
+
+    std::mutex state_mutex;  // protects the state and attributes below
+    ibv_qp_state state = IBV_QPS_INIT;
+    ibv_qp_cap cap{};
+    bool sq_sig_all = false;
+    unsigned int access_flags = 0;
+    uint8_t port_num = 1;
+    uint8_t max_rd_atomic = 0;       // ORD: outstanding RDMA Reads we issue
+    uint8_t max_dest_rd_atomic = 0;  // IRD: inbound RDMA Reads we serve
+
+    std::mutex sq_mutex;  // protects `sq`
+    Ring<SendWqe> sq;
+    std::mutex rq_mutex;  // protects `rq`
+    Ring<RecvWqe> rq;
+};
+
+// A usiw device opened by an application: the verbs_context rdma-core hands
+// out, plus usiw's state for it. The verbs_context must be the memory block
+// libibverbs initialised, so the C++ state lives behind `state`.
+struct ContextShell {
+    verbs_context vctx;
+    Context* state;
+};
+
+struct Context {
+    ContextShell* shell = nullptr;
+    Device* device = nullptr;
+    int async_write_fd = -1;  // the read end is ibv_context::async_fd
+    StagTable stags;
+
+    std::mutex objects_mutex;  // protects the counts below
+    uint32_t pd_count = 0;
+    uint32_t cq_count = 0;
+    uint32_t qp_count = 0;
+    uint32_t srq_count = 0;
+    uint32_t mr_count = 0;
+    uint32_t next_qp_num = 1;
+
+    ibv_context* ibv() { return &shell->vctx.context; }
+
+    // Queues an async event for ibv_get_async_event. `element` is the
+    // object pointer (QP, CQ, SRQ) or the port number.
+    void post_async_event(uint64_t element, ibv_event_type type);
+};
+
+// Typed conversions from the rdma-core handles (the embedded struct is the
+// first member of each object).
+inline Context* to_context(ibv_context* c) {
+    return reinterpret_cast<ContextShell*>(reinterpret_cast<char*>(c) -
+                                           offsetof(verbs_context, context))
+        ->state;
+}
+inline Pd* to_pd(ibv_pd* p) {
+    return reinterpret_cast<Pd*>(p);
+}
+inline Mr* to_mr(verbs_mr* m) {
+    return reinterpret_cast<Mr*>(m);
+}
+inline Cq* to_cq(ibv_cq* c) {
+    return reinterpret_cast<Cq*>(c);
+}
+inline Qp* to_qp(ibv_qp* q) {
+    return reinterpret_cast<Qp*>(q);
+}
+inline Srq* to_srq(ibv_srq* s) {
+    return reinterpret_cast<Srq*>(s);
+}
+
+}  // namespace usiw
