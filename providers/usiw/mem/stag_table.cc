@@ -64,6 +64,7 @@ uint32_t StagTable::add(const void* pd, uintptr_t addr, uint64_t iova, uint64_t 
         ++key;
     slot.key = key;
     slot.live = true;
+    slot.invalidated = false;
     slot.region = {(index << 8) | key, pd, addr, iova, length, access | kAccessLocalRead};
     ++live_;
     return slot.region.stag;
@@ -101,13 +102,27 @@ size_t StagTable::size() const {
     return live_;
 }
 
+StagError StagTable::invalidate(uint32_t stag, const void* pd) {
+    std::lock_guard lock(mutex_);
+    const uint32_t index = index_of(stag);
+    if (index == 0 || index >= slots_.size())
+        return StagError::kInvalidStag;
+    Slot& slot = slots_[index];
+    if (!slot.live || slot.invalidated || slot.key != key_of(stag))
+        return StagError::kInvalidStag;
+    if (slot.region.pd != pd)
+        return StagError::kWrongPd;
+    slot.invalidated = true;
+    return StagError::kNone;
+}
+
 bool StagTable::lookup(uint32_t stag, StagRegion* out) const {
     std::lock_guard lock(mutex_);
     const uint32_t index = index_of(stag);
     if (index == 0 || index >= slots_.size())
         return false;
     const Slot& slot = slots_[index];
-    if (!slot.live || slot.key != key_of(stag))
+    if (!slot.live || slot.invalidated || slot.key != key_of(stag))
         return false;
     *out = slot.region;
     return true;

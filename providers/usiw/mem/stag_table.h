@@ -54,6 +54,9 @@ class StagTable {
     bool update(uint32_t stag, const void* pd, uintptr_t addr, uint64_t iova, uint64_t length,
                 unsigned access);
     bool remove(uint32_t stag);
+    // Remote invalidation (Send with Invalidate): the STag stops working
+    // until the region is deregistered. Fails with kInvalidStag or kWrongPd.
+    StagError invalidate(uint32_t stag, const void* pd);
     size_t size() const;
 
     // Checks an access of `length` bytes at tagged offset `to` with the
@@ -68,6 +71,7 @@ class StagTable {
     struct Slot {
         StagRegion region;
         bool live = false;
+        bool invalidated = false;
         uint8_t key = 0;
     };
 

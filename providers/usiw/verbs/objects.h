@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "glue/rdma_core_abi.h"
@@ -27,6 +28,7 @@
 namespace usiw {
 
 struct Context;
+struct Stream;
 
 // A completion channel created by usiw's ibv_create_comp_channel: the pipe's
 // read end is the fd the application polls (libibverbs reads 8-byte CQ
@@ -114,6 +116,8 @@ struct Qp {
     uint8_t max_rd_atomic = 0;       // ORD: outstanding RDMA Reads we issue
     uint8_t max_dest_rd_atomic = 0;  // IRD: inbound RDMA Reads we serve
 
+    Stream* stream = nullptr;  // the connected TCP stream, once attached (datapath/)
+
     std::mutex sq_mutex;  // protects `sq`
     Ring<SendWqe> sq;
     std::mutex rq_mutex;  // protects `rq`
@@ -141,6 +145,7 @@ struct Context {
     uint32_t srq_count = 0;
     uint32_t mr_count = 0;
     uint32_t next_qp_num = 1;
+    std::unordered_map<uint32_t, Qp*> qps;  // by QP number
 
     ibv_context* ibv() { return &shell->vctx.context; }
 

@@ -7,6 +7,7 @@
 #include <new>
 
 #include "verbs/log.h"
+#include "verbs/stream.h"
 #include "verbs/verbs.h"
 
 namespace usiw {
@@ -187,6 +188,10 @@ ibv_qp* create_qp_common(Pd* pd, ibv_qp_init_attr_ex* attr) {
     pthread_cond_init(&q.cond, nullptr);
     q.events_completed = 0;
     attr->cap = qp->cap;
+    {
+        std::lock_guard lock(ctx->objects_mutex);
+        ctx->qps[qp_num] = qp;
+    }
     return &q;
 }
 
@@ -229,18 +234,23 @@ ibv_qp* create_qp_ex(ibv_context* ibctx, ibv_qp_init_attr_ex* attr) {
 int destroy_qp(ibv_qp* ibqp) {
     Qp* qp = to_qp(ibqp);
     Context* ctx = qp->context;
+    qp_stream_destroy(qp);
     release(qp);
     pthread_cond_destroy(&ibqp->cond);
     pthread_mutex_destroy(&ibqp->mutex);
+    {
+        std::lock_guard lock(ctx->objects_mutex);
+        ctx->qps.erase(ibqp->qp_num);
+        --ctx->qp_count;
+    }
     delete qp;
-    std::lock_guard lock(ctx->objects_mutex);
-    --ctx->qp_count;
     return 0;
 }
 
 void qp_enter_error(Qp* qp) {
     qp->state = IBV_QPS_ERR;
     qp->vqp.qp.state = IBV_QPS_ERR;
+    qp_stream_error(qp);  // work in flight completes before what is still queued
     {
         std::lock_guard lock(qp->sq_mutex);
         for (; !qp->sq.empty(); qp->sq.pop())
@@ -387,28 +397,37 @@ int build_send_wqe(const Qp* qp, const ibv_send_wr* wr, SendWqe* wqe) {
 
 int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     Qp* qp = to_qp(ibqp);
-    std::lock_guard state_lock(qp->state_mutex);
-    if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_ERR) {
-        *bad_wr = wr;
-        return EINVAL;
-    }
-    std::lock_guard lock(qp->sq_mutex);
-    for (; wr; wr = wr->next) {
-        if (qp->sq.full()) {
+    int err = 0;
+    bool transmit = false;
+    {
+        std::lock_guard state_lock(qp->state_mutex);
+        if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_ERR) {
             *bad_wr = wr;
-            return ENOMEM;
+            return EINVAL;
         }
-        if (int err = build_send_wqe(qp, wr, &qp->sq.back_slot())) {
+        std::lock_guard lock(qp->sq_mutex);
+        for (; wr; wr = wr->next) {
+            if (qp->sq.full()) {
+                err = ENOMEM;
+                break;
+            }
+            if ((err = build_send_wqe(qp, wr, &qp->sq.back_slot())) != 0)
+                break;
+            qp->sq.commit_push();
+            if (qp->state == IBV_QPS_ERR) {  // an errored QP completes new work as flushed
+                flush_send(qp, qp->sq.front());
+                qp->sq.pop();
+            } else {
+                transmit = true;
+            }
+        }
+        if (err)
             *bad_wr = wr;
-            return err;
-        }
-        qp->sq.commit_push();
-        if (qp->state == IBV_QPS_ERR) {  // an errored QP completes new work as flushed
-            flush_send(qp, qp->sq.front());
-            qp->sq.pop();
-        }
     }
-    return 0;
+    // Outside the QP's locks: transmission takes them in its own order.
+    if (transmit)
+        qp_transmit(qp);
+    return err;
 }
 
 int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {

@@ -1,0 +1,439 @@
+// The receive path: the TCP byte stream is deframed into DDP segments,
+// each checked against the connection's state and the STag table before a
+// single byte is placed, then placed by tagged offset (Write, Read
+// Response) or message offset (Send) into its destination. Any violation
+// sends TERMINATE and ends the stream, leaving local memory untouched.
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "datapath/datapath.h"
+#include "datapath/engine.h"
+#include "verbs/log.h"
+#include "verbs/verbs.h"
+
+namespace usiw {
+
+namespace {
+
+constexpr size_t kReceiveBuffer = 256 * 1024;
+
+using wire::Opcode;
+namespace term = wire::term;
+
+wire::TermCause tagged_cause(StagError e) {
+    switch (e) {
+        case StagError::kInvalidStag:
+            return term::kTaggedInvalidStag;
+        case StagError::kWrongPd:
+            return term::kTaggedStagNotAssociated;
+        case StagError::kAccessRights:
+            return term::kAccessRights;  // DDP has no code for rights: RDMAP's
+        case StagError::kToWrap:
+            return term::kTaggedToWrap;
+        default:
+            return term::kTaggedBaseBounds;
+    }
+}
+
+wire::TermCause read_source_cause(StagError e) {
+    switch (e) {
+        case StagError::kInvalidStag:
+            return term::kInvalidStag;
+        case StagError::kWrongPd:
+            return term::kStagNotAssociated;
+        case StagError::kAccessRights:
+            return term::kAccessRights;
+        case StagError::kToWrap:
+            return term::kToWrap;
+        default:
+            return term::kBaseBounds;
+    }
+}
+
+// Copies `data` to byte `offset` of a scatter list.
+void scatter(const LocalSegment* segs, uint32_t count, uint64_t offset,
+             std::span<const std::byte> data) {
+    for (uint32_t i = 0; i < count && !data.empty(); ++i) {
+        if (offset >= segs[i].length) {
+            offset -= segs[i].length;
+            continue;
+        }
+        const size_t n = std::min<size_t>(segs[i].length - offset, data.size());
+        std::memcpy(segs[i].addr + offset, data.data(), n);
+        data = data.subspan(n);
+        offset = 0;
+    }
+}
+
+class Receiver {
+  public:
+    explicit Receiver(Stream* s) : s_(s), qp_(s->qp), stats_(s->context->device->stats) {}
+
+    // Feeds received bytes; false once the stream has ended.
+    bool feed(std::span<const std::byte> in) {
+        while (!s_->ended.load()) {
+            const wire::Deframer::Event ev = s_->deframer.next(in);
+            using Kind = wire::Deframer::Event::Kind;
+            switch (ev.kind) {
+                case Kind::kNeedMore:
+                    return true;
+                case Kind::kHeader:
+                    on_header(*ev.header);
+                    break;
+                case Kind::kPayload:
+                    place(ev.payload, ev.payload_offset);
+                    break;
+                case Kind::kSegmentEnd:
+                    count(stats_.rx_fpdus);
+                    on_segment_end(*ev.header);
+                    break;
+                case Kind::kFault:
+                    if (ev.fault.cause == term::kLlpCrc)
+                        count(stats_.crc_errors);
+                    log_debug("QP %u: %s", qp_->vqp.qp.qp_num, ev.fault.what);
+                    stream_terminate(s_, ev.fault.cause, s_->deframer.header_bytes());
+                    return false;
+            }
+        }
+        return false;
+    }
+
+    bool want_transmit = false;  // an inbound read or a released hold needs the transmitter
+
+  private:
+    void fault(const wire::TermCause& cause, const char* why) {
+        log_debug("QP %u: TERMINATE (%s): %s", qp_->vqp.qp.qp_num, wire::term_cause_name(cause),
+                  why);
+        stream_terminate(s_, cause, s_->deframer.header_bytes());
+    }
+
+    void on_header(const wire::SegmentHeader& h) {
+        s_->rx_dest = Stream::RxDest::kNone;
+        if (!s_->first_rx_seen) {
+            s_->first_rx_seen = true;
+            if (s_->tx_held.exchange(false))
+                want_transmit = true;
+        }
+        switch (h.opcode) {
+            case Opcode::kRdmaWrite:
+                return on_write(h);
+            case Opcode::kReadResponse:
+                return on_read_response(h);
+            case Opcode::kSend:
+            case Opcode::kSendSe:
+            case Opcode::kSendInvalidate:
+            case Opcode::kSendSeInvalidate:
+                return on_send(h);
+            case Opcode::kReadRequest:
+                return on_read_request(h);
+            case Opcode::kTerminate:
+                s_->rx_dest = Stream::RxDest::kContiguous;
+                s_->rx_ptr = s_->terminate_payload.data();
+                return;
+            default:
+                return fault(term::kUnexpectedOpcode, "RDMAP message usiw does not support yet");
+        }
+    }
+
+    void on_write(const wire::SegmentHeader& h) {
+        const size_t size = h.payload_size();
+        if (size == 0)
+            return;  // zero-length Writes (RTR) name no memory
+        if (!(qp_->access_flags & IBV_ACCESS_REMOTE_WRITE))
+            return fault(term::kAccessRights, "RDMA Write to a QP without remote write access");
+        uintptr_t addr = 0;
+        const StagError e =
+            s_->context->stags.check(h.stag, qp_->pd, h.to, size, IBV_ACCESS_REMOTE_WRITE, &addr);
+        if (e != StagError::kNone)
+            return fault(tagged_cause(e), stag_error_message(e));
+        s_->rx_dest = Stream::RxDest::kContiguous;
+        s_->rx_ptr = reinterpret_cast<std::byte*>(addr);
+    }
+
+    void on_read_response(const wire::SegmentHeader& h) {
+        const size_t size = h.payload_size();
+        OutboundRead r;
+        {
+            std::lock_guard lock(s_->completion_mutex);
+            if (s_->orq.empty()) {
+                r.sink_stag = 0;
+                r.inflight_seq = 0;
+                r.size = 0;
+                r.received = 1;  // marks "no outstanding read" below
+            } else {
+                r = s_->orq.front();
+            }
+        }
+        if (r.received > r.size)
+            return fault(term::kUnexpectedOpcode, "Read Response without an outstanding Read");
+        if (h.stag != r.sink_stag)
+            return fault(term::kTaggedInvalidStag, "Read Response to another STag");
+        if (h.to != r.sink_to + r.received || size > r.size - r.received)
+            return fault(term::kTaggedBaseBounds, "Read Response outside the requested range");
+        s_->rx_dest = Stream::RxDest::kSegments;
+        s_->rx_segments = r.segments;
+        s_->rx_segment_count = r.num_segments;
+        s_->rx_base = r.received;
+    }
+
+    bool take_recv_wqe(RecvWqe* wqe) {
+        if (qp_->srq)
+            return srq_take(qp_->srq, wqe);
+        std::lock_guard lock(qp_->rq_mutex);
+        if (qp_->rq.empty())
+            return false;
+        *wqe = qp_->rq.front();
+        qp_->rq.pop();
+        return true;
+    }
+
+    void complete_recv(ibv_wc_status status, uint32_t byte_len, unsigned flags, uint32_t inval,
+                       bool solicited) {
+        ibv_wc wc{};
+        wc.wr_id = s_->rx_wqe.wr_id;
+        wc.status = status;
+        wc.opcode = IBV_WC_RECV;
+        wc.byte_len = byte_len;
+        wc.qp_num = qp_->vqp.qp.qp_num;
+        wc.wc_flags = flags;
+        if (flags & IBV_WC_WITH_INV)
+            wc.invalidated_rkey = inval;
+        s_->rx_have_wqe = false;
+        cq_push(qp_->recv_cq, wc, solicited);
+    }
+
+    void on_send(const wire::SegmentHeader& h) {
+        const size_t size = h.payload_size();
+        if (s_->params.expect_send_rtr && !s_->rtr_seen) {
+            // The initiator's zero-length Send RTR (RFC 6581) is for us, not
+            // for a receive the application posted.
+            s_->rtr_seen = true;
+            if (size == 0 && h.last) {
+                s_->rx_swallow = true;
+                return;
+            }
+        }
+        if (h.msn != s_->recv_msn)
+            return fault(term::kUntaggedMsnRange, "unexpected Send MSN");
+        if (!s_->rx_have_wqe) {
+            if (h.mo != 0)
+                return fault(term::kUntaggedInvalidMo, "Send continues no message");
+            if (!take_recv_wqe(&s_->rx_wqe))
+                return fault(term::kUntaggedNoBuffer, "Send arrived with no receive posted");
+            s_->rx_have_wqe = true;
+            s_->rx_capacity = 0;
+            for (uint32_t i = 0; i < s_->rx_wqe.num_sge; ++i) {
+                const ibv_sge& sge = s_->rx_wqe.sge[i];
+                uintptr_t addr = 0;
+                if (sge.length > 0 &&
+                    s_->context->stags.check(sge.lkey, qp_->pd, sge.addr, sge.length,
+                                             IBV_ACCESS_LOCAL_WRITE, &addr) != StagError::kNone) {
+                    complete_recv(IBV_WC_LOC_PROT_ERR, 0, 0, 0, false);
+                    return fault(term::kRdmapCatastrophic, "receive buffer fails its lkey check");
+                }
+                s_->rx_segments[i] = {reinterpret_cast<std::byte*>(addr), sge.length, sge.lkey};
+                s_->rx_capacity += sge.length;
+            }
+        }
+        if (uint64_t{h.mo} + size > s_->rx_capacity) {
+            complete_recv(IBV_WC_LOC_LEN_ERR, 0, 0, 0, false);
+            return fault(term::kUntaggedTooLong, "Send longer than the posted receive");
+        }
+        s_->rx_dest = Stream::RxDest::kSegments;
+        s_->rx_segment_count = s_->rx_wqe.num_sge;
+        s_->rx_base = h.mo;
+    }
+
+    void on_read_request(const wire::SegmentHeader& h) {
+        const wire::ReadRequestFields& r = h.read_request;
+        if (h.msn != s_->read_req_expected)
+            return fault(term::kUntaggedMsnRange, "unexpected Read Request MSN");
+        const std::byte* source = nullptr;
+        if (r.read_size > 0) {
+            if (!(qp_->access_flags & IBV_ACCESS_REMOTE_READ))
+                return fault(term::kAccessRights, "RDMA Read from a QP without remote read access");
+            uintptr_t addr = 0;
+            const StagError e = s_->context->stags.check(
+                r.source_stag, qp_->pd, r.source_to, r.read_size, IBV_ACCESS_REMOTE_READ, &addr);
+            if (e != StagError::kNone)
+                return fault(read_source_cause(e), stag_error_message(e));
+            source = reinterpret_cast<const std::byte*>(addr);
+        }
+        bool over_ird = false;
+        {
+            std::lock_guard lock(s_->completion_mutex);
+            over_ird = s_->reads_unanswered >= std::max<uint16_t>(s_->params.ird, 1);
+            if (!over_ird) {
+                s_->irq.push_back({r.sink_stag, r.sink_to, r.read_size, 0, source, r.source_stag});
+                ++s_->reads_unanswered;
+            }
+        }
+        if (over_ird)
+            return fault(term::kStreamCatastrophic, "more Read Requests than the negotiated IRD");
+        want_transmit = true;
+    }
+
+    void place(std::span<const std::byte> data, size_t offset) {
+        switch (s_->rx_dest) {
+            case Stream::RxDest::kContiguous:
+                std::memcpy(s_->rx_ptr + offset, data.data(), data.size());
+                break;
+            case Stream::RxDest::kSegments:
+                scatter(s_->rx_segments.data(), s_->rx_segment_count, s_->rx_base + offset, data);
+                break;
+            case Stream::RxDest::kNone:
+                break;
+        }
+    }
+
+    void on_segment_end(const wire::SegmentHeader& h) {
+        switch (h.opcode) {
+            case Opcode::kReadResponse:
+                return read_response_done(h);
+            case Opcode::kSend:
+            case Opcode::kSendSe:
+            case Opcode::kSendInvalidate:
+            case Opcode::kSendSeInvalidate:
+                return send_done(h);
+            case Opcode::kReadRequest:
+                ++s_->read_req_expected;
+                return;
+            case Opcode::kTerminate:
+                return terminate_received(h);
+            default:
+                return;
+        }
+    }
+
+    void read_response_done(const wire::SegmentHeader& h) {
+        OutboundRead done;
+        bool short_response = false;
+        {
+            std::lock_guard lock(s_->completion_mutex);
+            OutboundRead& r = s_->orq.front();
+            r.received += static_cast<uint32_t>(h.payload_size());
+            if (!h.last)
+                return;
+            short_response = r.received != r.size;
+            if (!short_response) {
+                done = r;
+                s_->orq.pop_front();
+            }
+        }
+        if (short_response)
+            return fault(term::kTaggedBaseBounds, "Read Response shorter than requested");
+        // The mapping dies with the request.
+        if (done.mapped)
+            s_->context->stags.remove(done.sink_stag);
+        if (done.inflight_seq != UINT64_MAX) {
+            const uint64_t seq = done.inflight_seq;
+            inflight_complete(s_, {&seq, 1}, done.size);
+        }
+        want_transmit = true;  // a fenced request or one held by ORD may go now
+    }
+
+    void send_done(const wire::SegmentHeader& h) {
+        if (s_->rx_swallow) {
+            s_->rx_swallow = false;
+            ++s_->recv_msn;
+            return;
+        }
+        if (!h.last)
+            return;
+        unsigned flags = 0;
+        const bool invalidate =
+            h.opcode == Opcode::kSendInvalidate || h.opcode == Opcode::kSendSeInvalidate;
+        if (invalidate) {
+            const StagError e = s_->context->stags.invalidate(h.inval_stag, qp_->pd);
+            if (e != StagError::kNone) {
+                complete_recv(IBV_WC_REM_INV_REQ_ERR, 0, 0, 0, false);
+                return fault(term::kCannotInvalidate, stag_error_message(e));
+            }
+            flags |= IBV_WC_WITH_INV;
+        }
+        ++s_->recv_msn;
+        const bool solicited = h.opcode == Opcode::kSendSe || h.opcode == Opcode::kSendSeInvalidate;
+        complete_recv(IBV_WC_SUCCESS, static_cast<uint32_t>(h.mo + h.payload_size()), flags,
+                      h.inval_stag, solicited);
+    }
+
+    void terminate_received(const wire::SegmentHeader& h) {
+        count(stats_.terminates_received);
+        wire::TerminatedMessage what;
+        const bool decoded = wire::decode_terminate_payload(
+            h.terminate, {s_->terminate_payload.data(), h.payload_size()}, &what);
+        const char* cause = wire::term_cause_name(h.terminate.cause);
+        log_debug("QP %u: TERMINATE received: %s%s", qp_->vqp.qp.qp_num,
+                  cause ? cause : "undefined cause", decoded ? "" : " (payload not decodable)");
+        // A READ still waiting for its response is the request the peer
+        // refused: it completes with the remote error, not as flushed.
+        const wire::TermCause& c = h.terminate.cause;
+        const bool remote_access =
+            (c.layer == wire::TermLayer::kRdmap && c.etype == term::kRdmapRemoteProtection) ||
+            (c.layer == wire::TermLayer::kDdp && c.etype == term::kDdpTaggedBuffer);
+        uint64_t failed_read = UINT64_MAX;
+        {
+            std::lock_guard lock(s_->completion_mutex);
+            if (!s_->orq.empty())
+                failed_read = s_->orq.front().inflight_seq;
+        }
+        if (failed_read != UINT64_MAX)
+            inflight_mark_failed(s_, failed_read,
+                                 remote_access ? IBV_WC_REM_ACCESS_ERR : IBV_WC_REM_OP_ERR);
+        s_->context->post_async_event(reinterpret_cast<uintptr_t>(&qp_->vqp.qp),
+                                      IBV_EVENT_QP_FATAL);
+        stream_fail(s_, StreamEnd::kTerminateReceived, ECONNABORTED);
+    }
+
+    Stream* s_;
+    Qp* qp_;
+    DeviceStats& stats_;
+};
+
+void receive_locked(Stream* s) {
+    if (s->dead.load() || s->ended.load())
+        return;
+    Receiver receiver(s);
+    if (!s->params.received.empty()) {
+        // Bytes that arrived with the MPA frame belong to the FPDU stream.
+        std::vector<std::byte> early;
+        early.swap(s->params.received);
+        receiver.feed(early);
+    }
+    if (s->rx_buffer.empty())
+        s->rx_buffer.resize(kReceiveBuffer);
+    while (!s->ended.load()) {
+        const ssize_t n = recv(s->fd, s->rx_buffer.data(), s->rx_buffer.size(), MSG_DONTWAIT);
+        if (n > 0) {
+            count(s->context->device->stats.rx_bytes, static_cast<uint64_t>(n));
+            if (!receiver.feed({s->rx_buffer.data(), static_cast<size_t>(n)}))
+                break;
+            if (static_cast<size_t>(n) < s->rx_buffer.size())
+                break;  // drained for now
+            continue;
+        }
+        if (n == 0) {
+            stream_fail(s, StreamEnd::kPeerClosed, 0);
+            break;
+        }
+        if (errno == EINTR)
+            continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+            stream_fail(s, StreamEnd::kPeerReset, errno);
+        break;
+    }
+    if (receiver.want_transmit && !s->ended.load())
+        stream_transmit(s, false);
+}
+
+}  // namespace
+
+void stream_receive(Stream* s) {
+    std::lock_guard lock(s->rx_mutex);
+    receive_locked(s);
+}
+
+}  // namespace usiw

@@ -1,0 +1,308 @@
+// A QP's stream from attachment to its end: work in flight and its
+// completions in posting order, orderly disconnect, failure and TERMINATE,
+// and the hooks the verbs layer calls when a QP errors or is destroyed.
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <new>
+
+#include "datapath/datapath.h"
+#include "datapath/engine.h"
+#include "verbs/log.h"
+#include "verbs/verbs.h"
+
+namespace usiw {
+
+namespace {
+
+ibv_wc_opcode wc_opcode(ibv_wr_opcode op) {
+    switch (op) {
+        case IBV_WR_RDMA_WRITE:
+        case IBV_WR_RDMA_WRITE_WITH_IMM:
+            return IBV_WC_RDMA_WRITE;
+        case IBV_WR_RDMA_READ:
+            return IBV_WC_RDMA_READ;
+        default:
+            return IBV_WC_SEND;
+    }
+}
+
+// Delivers the completions at the front that are done. Called with
+// completion_mutex held.
+void deliver_in_order(Stream* s) {
+    Qp* qp = s->qp;
+    while (!s->inflight.empty() && s->inflight.front().done) {
+        const InflightWqe& w = s->inflight.front();
+        if (w.signaled || w.status != IBV_WC_SUCCESS) {
+            ibv_wc wc{};
+            wc.wr_id = w.wr_id;
+            wc.status = w.status;
+            wc.opcode = w.opcode;
+            wc.byte_len = w.byte_len;
+            wc.qp_num = qp->vqp.qp.qp_num;
+            cq_push(qp->send_cq, wc, false);
+        }
+        s->inflight.pop_front();
+        ++s->inflight_base;
+    }
+}
+
+// Everything still in flight completes: finished work normally, the rest
+// flushed. Outstanding reads and their mappings go. Called with
+// completion_mutex held.
+void flush_inflight(Stream* s) {
+    for (InflightWqe& w : s->inflight) {
+        if (!w.done) {
+            w.done = true;
+            w.status = IBV_WC_WR_FLUSH_ERR;
+        }
+    }
+    deliver_in_order(s);
+    for (const OutboundRead& r : s->orq)
+        if (r.mapped)
+            s->context->stags.remove(r.sink_stag);
+    s->orq.clear();
+    s->irq.clear();
+    s->reads_unanswered = 0;
+}
+
+// Marks the stream ended and flushes what is in flight (completing it when
+// `deliver`; a QP being destroyed gets no completions). Returns false if it
+// had already ended. Called with the QP's state_mutex held.
+bool end_locked(Stream* s, int how, bool deliver = true) {
+    if (s->ended.exchange(true))
+        return false;
+    shutdown(s->fd, how);
+    std::lock_guard lock(s->completion_mutex);
+    if (!deliver) {
+        s->inflight.clear();
+        s->inflight_base = 0;
+    }
+    flush_inflight(s);
+    return true;
+}
+
+void notify_observer(Stream* s, StreamEnd why, int error) {
+    if (s->observer)
+        s->observer->stream_ended(s->qp, why, error);
+}
+
+}  // namespace
+
+uint64_t inflight_push(Stream* s, const SendWqe& wqe) {
+    std::lock_guard lock(s->completion_mutex);
+    InflightWqe w;
+    w.wr_id = wqe.wr_id;
+    w.opcode = wc_opcode(wqe.opcode);
+    w.signaled = s->qp->sq_sig_all || (wqe.send_flags & IBV_SEND_SIGNALED);
+    s->inflight.push_back(w);
+    return s->inflight_base + s->inflight.size() - 1;
+}
+
+void inflight_complete(Stream* s, std::span<const uint64_t> seqs, uint32_t byte_len) {
+    if (seqs.empty())
+        return;
+    std::lock_guard lock(s->completion_mutex);
+    for (uint64_t seq : seqs) {
+        if (seq < s->inflight_base || seq - s->inflight_base >= s->inflight.size())
+            continue;
+        InflightWqe& w = s->inflight[seq - s->inflight_base];
+        w.done = true;
+        if (w.opcode == IBV_WC_RDMA_READ)
+            w.byte_len = byte_len;
+    }
+    deliver_in_order(s);
+}
+
+void inflight_mark_failed(Stream* s, uint64_t seq, ibv_wc_status status) {
+    std::lock_guard lock(s->completion_mutex);
+    if (seq >= s->inflight_base && seq - s->inflight_base < s->inflight.size()) {
+        InflightWqe& w = s->inflight[seq - s->inflight_base];
+        w.done = true;
+        w.status = status;
+    }
+}
+
+void inflight_fail(Stream* s, uint64_t seq, ibv_wc_status status) {
+    inflight_mark_failed(s, seq, status);
+    // A local error breaks the connection: the peer learns why.
+    log_debug("QP %u: local error %s", s->qp->vqp.qp.qp_num, ibv_wc_status_str(status));
+    stream_terminate(s, wire::term::kRdmapCatastrophic, {});
+}
+
+void stream_fail(Stream* s, StreamEnd why, int error) {
+    if (s->ended.load())
+        return;
+    Qp* qp = s->qp;
+    bool ended_now = false;
+    {
+        std::lock_guard lock(qp->state_mutex);
+        // After a TERMINATE the write side stays open until it has gone out.
+        ended_now = end_locked(s, why == StreamEnd::kTerminateSent ? SHUT_RD : SHUT_RDWR);
+        if (ended_now && qp->state != IBV_QPS_ERR)
+            qp_enter_error(qp);
+    }
+    if (!ended_now)
+        return;
+    log_debug("QP %u: stream ended (%d, %s)", qp->vqp.qp.qp_num, static_cast<int>(why),
+              error ? strerror(error) : "no error");
+    notify_observer(s, why, error);
+}
+
+void stream_terminate(Stream* s, const wire::TermCause& cause,
+                      std::span<const std::byte> offending) {
+    // RFC 5040 figure 10: which parts of the offending FPDU go back.
+    wire::TerminateFields f;
+    f.cause = cause;
+    const bool has_header = offending.size() >= wire::kControlSize;
+    const bool ddp_layer =
+        cause.layer == wire::TermLayer::kDdp && cause.etype != wire::term::kDdpLocalCatastrophic;
+    const bool rdmap_remote = cause.layer == wire::TermLayer::kRdmap &&
+                              cause.etype != wire::term::kRdmapLocalCatastrophic;
+    f.has_ulpdu_length = f.has_ddp_header = has_header && (ddp_layer || rdmap_remote);
+    const bool read_request =
+        has_header && (std::to_integer<uint8_t>(offending[3]) & wire::kRdmapOpcodeMask) ==
+                          static_cast<uint8_t>(wire::Opcode::kReadRequest);
+    f.has_rdmap_header = read_request && cause.etype == wire::term::kRdmapRemoteProtection &&
+                         cause.layer == wire::TermLayer::kRdmap;
+
+    std::byte payload[wire::kMaxTerminatePayload];
+    size_t payload_size = wire::encode_terminate_payload(f, offending, payload);
+    if (payload_size == 0 && (f.has_ddp_header || f.has_rdmap_header)) {
+        f.has_ulpdu_length = f.has_ddp_header = f.has_rdmap_header = false;
+        payload_size = 0;
+    }
+    wire::SegmentHeader h;
+    h.opcode = wire::Opcode::kTerminate;
+    h.msn = 1;
+    h.terminate = f;
+    iovec source{payload, payload_size};
+    wire::PayloadCursor cursor{{&source, 1}};
+    wire::FpduFramer framer;
+    iovec iov[wire::FpduFramer::iov_count(1)];
+    const size_t n =
+        framer.frame(h, cursor, payload_size, s->params.crc, iov, s->params.terminate_layout);
+    std::vector<std::byte> fpdu;
+    fpdu.reserve(framer.wire_size());
+    for (size_t i = 0; i < n; ++i) {
+        auto* p = static_cast<const std::byte*>(iov[i].iov_base);
+        fpdu.insert(fpdu.end(), p, p + iov[i].iov_len);
+    }
+    count(s->context->device->stats.terminates_sent);
+    // A request that broke memory protection is the responder's "local
+    // access violation" (IBV_EVENT_QP_ACCESS_ERR); anything else is fatal.
+    const bool protection =
+        (cause.layer == wire::TermLayer::kRdmap &&
+         cause.etype == wire::term::kRdmapRemoteProtection) ||
+        cause == wire::term::kAccessRights ||
+        (cause.layer == wire::TermLayer::kDdp && cause.etype == wire::term::kDdpTaggedBuffer &&
+         cause != wire::term::kTaggedDdpVersion);
+    s->context->post_async_event(reinterpret_cast<uintptr_t>(&s->qp->vqp.qp),
+                                 protection ? IBV_EVENT_QP_ACCESS_ERR : IBV_EVENT_QP_FATAL);
+    stream_fail(s, StreamEnd::kTerminateSent, ECONNABORTED);
+    stream_queue_terminate(s, std::move(fpdu));
+}
+
+int qp_attach_stream(Qp* qp, StreamParams&& params, StreamObserver* observer) {
+    auto* s = new (std::nothrow) Stream;
+    if (!s) {
+        close(params.fd);
+        return ENOMEM;
+    }
+    s->qp = qp;
+    s->context = qp->context;
+    s->fd = params.fd;
+    s->observer = observer;
+    s->params = std::move(params);
+    if (s->params.max_fpdu == 0)
+        s->params.max_fpdu = 1448 & ~size_t{7};
+    s->deframer =
+        wire::Deframer(wire::Deframer::Config{s->params.crc, {}, s->params.terminate_layout});
+    s->tx_held.store(s->params.hold_tx_until_first_rx);
+    s->rtr_pending = s->params.initiator && s->params.send_rtr != wire::kRtrNone;
+    const int one = 1;
+    setsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    {
+        std::lock_guard lock(qp->state_mutex);
+        if (qp->stream || (qp->state != IBV_QPS_INIT && qp->state != IBV_QPS_RTR)) {
+            close(s->fd);
+            delete s;
+            return EINVAL;
+        }
+        qp->stream = s;
+        qp->state = IBV_QPS_RTS;
+        qp->vqp.qp.state = IBV_QPS_RTS;
+    }
+    s->in_epoll.store(true);
+    if (int err = engine_add(s)) {
+        s->in_epoll.store(false);
+        stream_fail(s, StreamEnd::kPeerReset, err);
+        return err;
+    }
+    // Bytes that came with the MPA frame, and the RTR, go at once.
+    if (!s->params.received.empty())
+        stream_receive(s);
+    if (s->rtr_pending)
+        stream_transmit(s, true);
+    return 0;
+}
+
+void qp_disconnect(Qp* qp) {
+    Stream* s = nullptr;
+    {
+        std::lock_guard lock(qp->state_mutex);
+        s = qp->stream;
+    }
+    if (!s || s->ended.load())
+        return;
+    s->fin_after_drain.store(true);
+    stream_transmit(s, true);
+}
+
+Qp* find_qp(Context* ctx, uint32_t qp_num) {
+    std::lock_guard lock(ctx->objects_mutex);
+    auto it = ctx->qps.find(qp_num);
+    return it == ctx->qps.end() ? nullptr : it->second;
+}
+
+void qp_transmit(Qp* qp) {
+    Stream* s = nullptr;
+    {
+        std::lock_guard lock(qp->state_mutex);
+        s = qp->stream;
+    }
+    if (s && !s->dead.load())
+        stream_transmit(s, true);
+}
+
+void qp_stream_error(Qp* qp) {
+    Stream* s = qp->stream;
+    if (!s || !end_locked(s, SHUT_RDWR))
+        return;
+    notify_observer(s, StreamEnd::kLocalDisconnect, 0);
+}
+
+void qp_stream_destroy(Qp* qp) {
+    Stream* s = qp->stream;
+    if (!s)
+        return;
+    {
+        // Wait out any thread inside the stream, then cut it off the QP.
+        std::lock_guard rx(s->rx_mutex);
+        std::lock_guard tx(s->tx_mutex);
+        s->dead.store(true);
+    }
+    bool was_live = false;
+    {
+        std::lock_guard lock(qp->state_mutex);
+        was_live = end_locked(s, SHUT_RDWR, false);
+        qp->stream = nullptr;
+    }
+    if (was_live)
+        notify_observer(s, StreamEnd::kLocalDisconnect, 0);
+    engine_retire(s);
+}
+
+}  // namespace usiw

@@ -1,0 +1,426 @@
+// The transmit path: send-queue work requests, Read Responses and TERMINATE
+// become FPDUs, batched into one sendmsg() each, straight from the
+// application's registered memory (the iovec points at it; nothing is
+// copied but inline data).
+//
+// Direct sending, asynchronous fallback (founding technique 2): post_send
+// calls stream_transmit(direct = true), which transmits in the caller's
+// thread when no other thread is transmitting and the socket has room. A
+// short write keeps the exact resume point (batch, iovec, offset) and asks
+// the progress engine for a writable notification; the engine then resumes
+// with direct = false. Bytes are never lost or reordered: only the holder of
+// tx_mutex writes to the socket, and it always finishes the current batch
+// before building the next.
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+
+#include "datapath/datapath.h"
+#include "datapath/engine.h"
+#include "verbs/log.h"
+
+namespace usiw {
+
+namespace {
+
+constexpr size_t kBatchBytes = 256 * 1024;
+constexpr uint32_t kReadResponsesPerTurn = 4;  // then the send queue gets a turn (as siw)
+
+size_t max_payload(const Stream* s, size_t header_size) {
+    const size_t n = wire::fpdu_max_payload(s->params.max_fpdu, header_size);
+    return n > 0 ? n : 1;
+}
+
+// Appends one FPDU to the batch. `payload` supplies `size` bytes.
+bool add_fpdu(Stream* s, const wire::SegmentHeader& h, wire::PayloadCursor& payload, size_t size) {
+    TxBatch& b = s->batch;
+    if (b.fpdus == TxBatch::kMaxFpdus)
+        return false;
+    const size_t room = TxBatch::kMaxIov - b.iov_count;
+    wire::FpduFramer& framer = b.framers[b.fpdus];
+    const size_t n = framer.frame(h, payload, size, s->params.crc, {&b.iov[b.iov_count], room},
+                                  s->params.terminate_layout);
+    if (n == 0)
+        return false;
+    b.iov_count += n;
+    b.bytes += framer.wire_size();
+    ++b.fpdus;
+    return true;
+}
+
+bool batch_has_room(const Stream* s) {
+    return s->batch.fpdus < TxBatch::kMaxFpdus &&
+           s->batch.iov_count + kMaxSendSge + 2 <= TxBatch::kMaxIov && s->batch.bytes < kBatchBytes;
+}
+
+// One segment of the inbound read at the front of the IRQ.
+bool add_read_response(Stream* s) {
+    InboundRead r;
+    {
+        std::lock_guard lock(s->completion_mutex);
+        if (s->irq.empty())
+            return false;
+        r = s->irq.front();
+    }
+    wire::SegmentHeader h;
+    h.opcode = wire::Opcode::kReadResponse;
+    h.stag = r.sink_stag;
+    h.to = r.sink_to + r.sent;
+    const size_t size = std::min<size_t>(r.size - r.sent, max_payload(s, wire::kTaggedHeaderSize));
+    h.last = r.sent + size == r.size;
+    iovec source{const_cast<std::byte*>(r.source) + r.sent, size};
+    wire::PayloadCursor cursor{{&source, 1}};
+    if (!add_fpdu(s, h, cursor, size))
+        return false;
+    std::lock_guard lock(s->completion_mutex);
+    if (h.last) {
+        s->irq.pop_front();
+        --s->reads_unanswered;
+    } else {
+        s->irq.front().sent += static_cast<uint32_t>(size);
+    }
+    return true;
+}
+
+// Resolves a work request's SGEs for reading (the payload of a Send or
+// Write) or writing (the destination of a Read). False: a local protection
+// error.
+bool resolve_sges(Stream* s, const SendWqe& w, unsigned access, LocalSegment* out) {
+    for (uint32_t i = 0; i < w.num_sge; ++i) {
+        uintptr_t addr = 0;
+        const ibv_sge& sge = w.sge[i];
+        if (s->context->stags.check(sge.lkey, s->qp->pd, sge.addr, sge.length, access, &addr) !=
+            StagError::kNone)
+            return false;
+        out[i] = {reinterpret_cast<std::byte*>(addr), sge.length, sge.lkey};
+    }
+    return true;
+}
+
+uint64_t message_size(const SendWqe& w) {
+    if (w.send_flags & IBV_SEND_INLINE)
+        return w.inline_length;
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < w.num_sge; ++i)
+        total += w.sge[i].length;
+    return total;
+}
+
+// Starts an RDMA READ: records it in the outbound read queue and frames its
+// Read Request. A READ into several local buffers gets one mapped
+// read-destination STag (founding technique 1): the responder sees a single
+// sink STag and offset, and rx.cc scatters the response by offset.
+bool start_read(Stream* s, const SendWqe& w, uint64_t seq) {
+    OutboundRead r;
+    r.inflight_seq = seq;
+    r.size = static_cast<uint32_t>(message_size(w));
+    r.num_segments = w.num_sge;
+    if (!resolve_sges(s, w, IBV_ACCESS_LOCAL_WRITE, r.segments.data()))
+        return false;
+    if (w.num_sge == 1) {
+        r.sink_stag = w.sge[0].lkey;  // as siw: the local buffer's own STag and address
+        r.sink_to = w.sge[0].addr;
+    } else {
+        // The mapping's STag grants no remote access: only a Read Response
+        // matching this read can reach the buffers behind it.
+        r.mapped = true;
+        r.sink_stag = s->context->stags.add(s->qp->pd, 0, 0, r.size, 0);
+        r.sink_to = 0;
+        if (r.sink_stag == 0)
+            return false;
+        count(s->context->device->stats.mapped_read_stags);
+    }
+    wire::SegmentHeader h;
+    h.opcode = wire::Opcode::kReadRequest;
+    h.msn = s->read_req_msn++;
+    h.read_request = {r.sink_stag, r.sink_to, r.size, w.rkey, w.remote_addr};
+    wire::PayloadCursor none{};
+    add_fpdu(s, h, none, 0);
+    std::lock_guard lock(s->completion_mutex);
+    s->orq.push_back(r);
+    return true;
+}
+
+// Takes the next send-queue work request, if it may start now (fence and
+// ORD), and frames its first segments.
+enum class Start { kStarted, kNothing, kBlocked };
+
+Start start_next_wqe(Stream* s, bool direct) {
+    Qp* qp = s->qp;
+    SendWqe w;
+    {
+        std::lock_guard lock(qp->sq_mutex);
+        if (qp->sq.empty())
+            return Start::kNothing;
+        const SendWqe& next = qp->sq.front();
+        std::lock_guard clock(s->completion_mutex);
+        const bool reads_pending = !s->orq.empty();
+        if ((next.send_flags & IBV_SEND_FENCE) && reads_pending)
+            return Start::kBlocked;
+        if (next.opcode == IBV_WR_RDMA_READ &&
+            s->orq.size() >= std::max<uint16_t>(s->params.ord, 1))
+            return Start::kBlocked;
+        w = next;
+        qp->sq.pop();
+    }
+    count(direct ? s->context->device->stats.sends_direct : s->context->device->stats.sends_async);
+    const uint64_t seq = inflight_push(s, w);
+
+    if (w.opcode == IBV_WR_RDMA_READ) {
+        if (!start_read(s, w, seq))
+            inflight_fail(s, seq, IBV_WC_LOC_PROT_ERR);
+        return Start::kStarted;
+    }
+
+    TxMessage& m = s->message;
+    m = TxMessage{};
+    m.inflight_seq = seq;
+    m.size = message_size(w);
+    if (w.send_flags & IBV_SEND_INLINE) {
+        std::memcpy(m.inline_copy.data(), w.inline_data, w.inline_length);
+        m.source[0] = {m.inline_copy.data(), w.inline_length};
+        m.source_count = 1;
+    } else {
+        LocalSegment segs[kMaxSendSge];
+        if (!resolve_sges(s, w, kAccessLocalRead, segs)) {
+            inflight_fail(s, seq, IBV_WC_LOC_PROT_ERR);
+            return Start::kStarted;
+        }
+        for (uint32_t i = 0; i < w.num_sge; ++i)
+            m.source[i] = {segs[i].addr, segs[i].length};
+        m.source_count = w.num_sge;
+    }
+    m.cursor = wire::PayloadCursor{{m.source.data(), m.source_count}};
+
+    wire::SegmentHeader& h = m.first;
+    if (w.opcode == IBV_WR_RDMA_WRITE) {
+        h.opcode = wire::Opcode::kRdmaWrite;
+        h.stag = w.rkey;
+        h.to = w.remote_addr;
+    } else {
+        const bool se = w.send_flags & IBV_SEND_SOLICITED;
+        const bool inv = w.opcode == IBV_WR_SEND_WITH_INV;
+        h.opcode = inv ? (se ? wire::Opcode::kSendSeInvalidate : wire::Opcode::kSendInvalidate)
+                       : (se ? wire::Opcode::kSendSe : wire::Opcode::kSend);
+        h.inval_stag = w.invalidate_rkey;
+        h.msn = s->send_msn++;
+    }
+    m.active = true;
+    return Start::kStarted;
+}
+
+// Frames the current message's next segment.
+bool add_message_segment(Stream* s) {
+    TxMessage& m = s->message;
+    wire::SegmentHeader h = m.first;
+    const size_t size = std::min(m.size - m.sent, max_payload(s, h.header_size()));
+    if (h.tagged())
+        h.to += m.sent;
+    else
+        h.mo = static_cast<uint32_t>(m.sent);
+    h.last = m.sent + size == m.size;
+    if (!add_fpdu(s, h, m.cursor, size))
+        return false;
+    m.sent += size;
+    if (h.last) {
+        s->batch.completes.push_back(m.inflight_seq);
+        m.active = false;
+    }
+    return true;
+}
+
+// The zero-length RTR message of peer-to-peer mode (RFC 6581).
+void add_rtr(Stream* s) {
+    wire::SegmentHeader h;
+    wire::PayloadCursor none{};
+    if (s->params.send_rtr & wire::kRtrWrite) {
+        h.opcode = wire::Opcode::kRdmaWrite;
+    } else if (s->params.send_rtr & wire::kRtrRead) {
+        h.opcode = wire::Opcode::kReadRequest;
+        h.msn = s->read_req_msn++;
+        std::lock_guard lock(s->completion_mutex);
+        OutboundRead r;
+        r.inflight_seq = UINT64_MAX;  // answers nothing the application posted
+        s->orq.push_back(r);
+    } else {
+        h.opcode = wire::Opcode::kSend;
+        h.msn = s->send_msn++;
+    }
+    add_fpdu(s, h, none, 0);
+}
+
+// Fills the batch from the read responses owed, the current message and
+// the send queue. Returns false when nothing more can be added now.
+void fill_batch(Stream* s, bool direct) {
+    if (s->rtr_pending) {
+        add_rtr(s);
+        s->rtr_pending = false;
+    }
+    if (s->tx_held.load())
+        return;
+    while (batch_has_room(s)) {
+        bool sq_waiting;
+        {
+            std::lock_guard lock(s->qp->sq_mutex);
+            sq_waiting = s->message.active || !s->qp->sq.empty();
+        }
+        if ((!sq_waiting || s->read_responses_in_row < kReadResponsesPerTurn) &&
+            add_read_response(s)) {
+            ++s->read_responses_in_row;
+            continue;
+        }
+        s->read_responses_in_row = 0;
+        if (s->message.active) {
+            if (!add_message_segment(s))
+                return;
+            continue;
+        }
+        if (start_next_wqe(s, direct) != Start::kStarted) {
+            // Blocked on fence or ORD, or empty: read responses may still go.
+            if (!add_read_response(s))
+                return;
+        }
+    }
+}
+
+// Writes what is left of the batch. True when all of it is on the socket.
+bool write_batch(Stream* s) {
+    TxBatch& b = s->batch;
+    while (!b.sent()) {
+        iovec* first = &b.iov[b.iov_sent];
+        const iovec saved = *first;
+        first->iov_base = static_cast<std::byte*>(first->iov_base) + b.offset;
+        first->iov_len -= b.offset;
+        msghdr msg{};
+        msg.msg_iov = first;
+        msg.msg_iovlen = std::min<size_t>(b.iov_count - b.iov_sent, IOV_MAX);
+        const ssize_t n = sendmsg(s->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+        *first = saved;
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                engine_want_writable(s, true);
+                return false;
+            }
+            stream_fail(s, StreamEnd::kPeerReset, errno);
+            return false;
+        }
+        count(s->context->device->stats.tx_bytes, static_cast<uint64_t>(n));
+        size_t left = static_cast<size_t>(n);
+        while (left > 0) {
+            const size_t rest = b.iov[b.iov_sent].iov_len - b.offset;
+            if (left < rest) {
+                b.offset += left;
+                left = 0;
+            } else {
+                left -= rest;
+                ++b.iov_sent;
+                b.offset = 0;
+            }
+        }
+        // Skip empty entries (a zero-length iovec never advances).
+        while (!b.sent() && b.iov[b.iov_sent].iov_len == 0)
+            ++b.iov_sent;
+    }
+    if (s->want_writable.load())
+        engine_want_writable(s, false);
+    count(s->context->device->stats.tx_fpdus, b.fpdus);
+    return true;
+}
+
+bool send_terminate(Stream* s) {
+    TxBatch& b = s->batch;
+    if (b.empty()) {
+        std::lock_guard lock(s->terminate_mutex);
+        b.iov[0] = {s->terminate_fpdu.data(), s->terminate_fpdu.size()};
+        b.iov_count = 1;
+        b.fpdus = 1;
+        b.bytes = s->terminate_fpdu.size();
+    }
+    if (!write_batch(s))
+        return false;
+    s->terminate_sent = true;
+    b.clear();
+    shutdown(s->fd, SHUT_WR);
+    return true;
+}
+
+bool terminate_queued(Stream* s) {
+    std::lock_guard lock(s->terminate_mutex);
+    return s->terminate_queued;
+}
+
+bool tx_drained(Stream* s) {
+    std::lock_guard lock(s->qp->sq_mutex);
+    std::lock_guard clock(s->completion_mutex);
+    return s->batch.empty() && !s->message.active && s->qp->sq.empty() && s->irq.empty();
+}
+
+// Transmits until there is nothing to send or the socket is full.
+void transmit_locked(Stream* s, bool direct) {
+    while (!s->dead.load() && !s->terminate_sent) {
+        if (terminate_queued(s)) {
+            // The FPDU in progress is finished first (a batch that began to
+            // go out goes out whole); then the TERMINATE is the last thing.
+            if (!s->batch.empty() && s->batch.iov_sent == 0 && s->batch.offset == 0)
+                s->batch.clear();
+            if (!s->batch.empty() && !write_batch(s))
+                return;
+            s->batch.clear();
+            send_terminate(s);
+            return;
+        }
+        if (!s->batch.empty()) {
+            if (!write_batch(s))
+                return;
+            inflight_complete(s, s->batch.completes);
+            s->batch.clear();
+        }
+        if (s->ended.load())
+            return;
+        fill_batch(s, direct);
+        if (s->batch.empty()) {
+            if (s->fin_after_drain.load() && tx_drained(s)) {
+                shutdown(s->fd, SHUT_WR);
+                stream_fail(s, StreamEnd::kLocalDisconnect, 0);
+            }
+            return;
+        }
+    }
+}
+
+}  // namespace
+
+void stream_transmit(Stream* s, bool direct) {
+    s->tx_pending.store(true);
+    // Work queued from inside the transmitter (an error found while
+    // transmitting) is picked up by its own loop.
+    if (s->tx_owner.load() == std::this_thread::get_id())
+        return;
+    while (s->tx_pending.load()) {
+        std::unique_lock lock(s->tx_mutex, std::try_to_lock);
+        if (!lock)
+            return;  // the transmitting thread will see tx_pending
+        s->tx_owner.store(std::this_thread::get_id());
+        s->tx_pending.store(false);
+        transmit_locked(s, direct);
+        s->tx_owner.store(std::thread::id{});
+    }
+}
+
+void stream_queue_terminate(Stream* s, std::vector<std::byte>&& fpdu) {
+    {
+        std::lock_guard lock(s->terminate_mutex);
+        if (s->terminate_queued)
+            return;
+        s->terminate_fpdu = std::move(fpdu);
+        s->terminate_queued = true;
+    }
+    stream_transmit(s, false);
+}
+
+}  // namespace usiw
