@@ -49,6 +49,8 @@ int query_device_ex(ibv_context* ibctx, const ibv_query_device_ex_input* input,
     const size_t size = std::min(attr_size, sizeof(ibv_device_attr_ex));
     std::memset(attr, 0, size);
     to_context(ibctx)->device->fill_device_attr(&attr->orig_attr);
+    if (size >= offsetof(ibv_device_attr_ex, phys_port_cnt_ex) + sizeof(attr->phys_port_cnt_ex))
+        attr->phys_port_cnt_ex = attr->orig_attr.phys_port_cnt;
     return 0;
 }
 

@@ -10,8 +10,11 @@ namespace usiw {
 
 namespace {
 
+// MW_BIND is accepted as the kernel accepts it, though usiw has no memory
+// windows yet (ibv_alloc_mw answers EOPNOTSUPP).
 constexpr unsigned kSupportedAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                                      IBV_ACCESS_REMOTE_READ | IBV_ACCESS_RELAXED_ORDERING;
+                                      IBV_ACCESS_REMOTE_READ | IBV_ACCESS_MW_BIND |
+                                      IBV_ACCESS_RELAXED_ORDERING;
 
 // The verbs rules for access flags: remote write (and atomics) need local
 // write, and only flags usiw implements are accepted.

@@ -182,7 +182,9 @@ ibv_qp* create_qp_common(Pd* pd, ibv_qp_init_attr_ex* attr) {
     q.srq = attr->srq;
     q.handle = qp_num;
     q.qp_num = qp_num;
-    q.state = IBV_QPS_INIT;
+    // libibverbs leaves a new QP's cached state at RESET for every provider;
+    // ibv_query_qp reports the real one (INIT, as an RNIC QP starts).
+    q.state = IBV_QPS_RESET;
     q.qp_type = IBV_QPT_RC;
     pthread_mutex_init(&q.mutex, nullptr);
     pthread_cond_init(&q.cond, nullptr);
