@@ -19,6 +19,9 @@ namespace usiw {
 namespace {
 
 constexpr size_t kReceiveBuffer = 256 * 1024;
+// Payload at least this large is received straight into its destination;
+// smaller payloads come through the staging buffer, many FPDUs a recv().
+constexpr size_t kDirectPlacementMin = 4096;
 
 using wire::Opcode;
 namespace term = wire::term;
@@ -102,6 +105,37 @@ class Receiver {
     }
 
     bool want_transmit = false;  // an inbound read or a released hold needs the transmitter
+
+    // The rest of the current FPDU's payload as iovecs into its (already
+    // approved) destination, for a recvmsg() that places it with no copy
+    // beyond the kernel's. 0 when it should go through the staging buffer.
+    size_t direct_iov(iovec* iov, size_t max) const {
+        const size_t remaining = s_->deframer.payload_remaining();
+        if (remaining < kDirectPlacementMin || s_->ended.load())
+            return 0;
+        const uint64_t offset = s_->deframer.header().payload_size() - remaining;
+        if (s_->rx_dest == Stream::RxDest::kContiguous) {
+            iov[0] = {s_->rx_ptr + offset, remaining};
+            return 1;
+        }
+        if (s_->rx_dest != Stream::RxDest::kSegments)
+            return 0;
+        uint64_t at = s_->rx_base + offset;
+        size_t left = remaining;
+        size_t n = 0;
+        for (uint32_t i = 0; i < s_->rx_segment_count && left > 0 && n < max; ++i) {
+            const LocalSegment& seg = s_->rx_segments[i];
+            if (at >= seg.length) {
+                at -= seg.length;
+                continue;
+            }
+            const size_t take = std::min<size_t>(seg.length - at, left);
+            iov[n++] = {seg.addr + at, take};
+            left -= take;
+            at = 0;
+        }
+        return left == 0 ? n : 0;
+    }
 
   private:
     void fault(const wire::TermCause& cause, const char* why) {
@@ -406,14 +440,35 @@ void receive_locked(Stream* s) {
     if (s->rx_buffer.empty())
         s->rx_buffer.resize(kReceiveBuffer);
     while (!s->ended.load()) {
-        const ssize_t n = recv(s->fd, s->rx_buffer.data(), s->rx_buffer.size(), MSG_DONTWAIT);
-        if (n > 0) {
-            count(s->context->device->stats.rx_bytes, static_cast<uint64_t>(n));
-            if (!receiver.feed({s->rx_buffer.data(), static_cast<size_t>(n)}))
-                break;
-            if (static_cast<size_t>(n) < s->rx_buffer.size())
-                break;  // drained for now
-            continue;
+        iovec direct[kMaxSgeRd];
+        const size_t direct_count = receiver.direct_iov(direct, kMaxSgeRd);
+        ssize_t n;
+        if (direct_count > 0) {
+            msghdr msg{};
+            msg.msg_iov = direct;
+            msg.msg_iovlen = direct_count;
+            n = recvmsg(s->fd, &msg, MSG_DONTWAIT);
+            if (n > 0) {
+                count(s->context->device->stats.rx_bytes, static_cast<uint64_t>(n));
+                count(s->context->device->stats.rx_direct_bytes, static_cast<uint64_t>(n));
+                size_t left = static_cast<size_t>(n);
+                for (size_t i = 0; i < direct_count && left > 0; ++i) {
+                    const size_t take = std::min(left, direct[i].iov_len);
+                    s->deframer.payload_placed({static_cast<std::byte*>(direct[i].iov_base), take});
+                    left -= take;
+                }
+                continue;
+            }
+        } else {
+            n = recv(s->fd, s->rx_buffer.data(), s->rx_buffer.size(), MSG_DONTWAIT);
+            if (n > 0) {
+                count(s->context->device->stats.rx_bytes, static_cast<uint64_t>(n));
+                if (!receiver.feed({s->rx_buffer.data(), static_cast<size_t>(n)}))
+                    break;
+                if (static_cast<size_t>(n) < s->rx_buffer.size())
+                    break;  // drained for now
+                continue;
+            }
         }
         if (n == 0) {
             stream_fail(s, StreamEnd::kPeerClosed, 0);

@@ -47,8 +47,9 @@ struct DeviceStats {
     std::atomic<uint64_t> tx_fpdus{0};
     std::atomic<uint64_t> rx_bytes{0};
     std::atomic<uint64_t> rx_fpdus{0};
-    std::atomic<uint64_t> sends_direct{0};  // work requests sent in the posting thread
-    std::atomic<uint64_t> sends_async{0};   // ... resumed by the progress engine
+    std::atomic<uint64_t> rx_direct_bytes{0};  // payload received straight into its destination
+    std::atomic<uint64_t> sends_direct{0};     // work requests sent in the posting thread
+    std::atomic<uint64_t> sends_async{0};      // ... resumed by the progress engine
     std::atomic<uint64_t> zcopy_bytes{0};
     std::atomic<uint64_t> deferred_completions{0};
     std::atomic<uint64_t> mapped_read_stags{0};  // multi-SGE READs through one mapped STag
