@@ -73,7 +73,7 @@ void scatter(const LocalSegment* segs, uint32_t count, uint64_t offset,
 
 class Receiver {
   public:
-    explicit Receiver(Stream* s) : s_(s), qp_(s->qp), stats_(s->context->device->stats) {}
+    explicit Receiver(Stream* s) : s_(s), qp_(s->qp), stats_(*s->context->device->stats) {}
 
     // Feeds received bytes; false once the stream has ended.
     bool feed(std::span<const std::byte> in) {
@@ -449,8 +449,8 @@ void receive_locked(Stream* s) {
             msg.msg_iovlen = direct_count;
             n = recvmsg(s->fd, &msg, MSG_DONTWAIT);
             if (n > 0) {
-                count(s->context->device->stats.rx_bytes, static_cast<uint64_t>(n));
-                count(s->context->device->stats.rx_direct_bytes, static_cast<uint64_t>(n));
+                count(s->context->device->stats->rx_bytes, static_cast<uint64_t>(n));
+                count(s->context->device->stats->rx_direct_bytes, static_cast<uint64_t>(n));
                 size_t left = static_cast<size_t>(n);
                 for (size_t i = 0; i < direct_count && left > 0; ++i) {
                     const size_t take = std::min(left, direct[i].iov_len);
@@ -462,7 +462,7 @@ void receive_locked(Stream* s) {
         } else {
             n = recv(s->fd, s->rx_buffer.data(), s->rx_buffer.size(), MSG_DONTWAIT);
             if (n > 0) {
-                count(s->context->device->stats.rx_bytes, static_cast<uint64_t>(n));
+                count(s->context->device->stats->rx_bytes, static_cast<uint64_t>(n));
                 if (!receiver.feed({s->rx_buffer.data(), static_cast<size_t>(n)}))
                     break;
                 if (static_cast<size_t>(n) < s->rx_buffer.size())

@@ -190,7 +190,7 @@ void stream_terminate(Stream* s, const wire::TermCause& cause,
         auto* p = static_cast<const std::byte*>(iov[i].iov_base);
         fpdu.insert(fpdu.end(), p, p + iov[i].iov_len);
     }
-    count(s->context->device->stats.terminates_sent);
+    count(s->context->device->stats->terminates_sent);
     // A request that broke memory protection is the responder's "local
     // access violation" (IBV_EVENT_QP_ACCESS_ERR); anything else is fatal.
     const bool protection =

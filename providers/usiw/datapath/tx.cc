@@ -131,7 +131,7 @@ bool start_read(Stream* s, const SendWqe& w, uint64_t seq) {
         r.sink_to = 0;
         if (r.sink_stag == 0)
             return false;
-        count(s->context->device->stats.mapped_read_stags);
+        count(s->context->device->stats->mapped_read_stags);
     }
     wire::SegmentHeader h;
     h.opcode = wire::Opcode::kReadRequest;
@@ -166,7 +166,8 @@ Start start_next_wqe(Stream* s, bool direct) {
         w = next;
         qp->sq.pop();
     }
-    count(direct ? s->context->device->stats.sends_direct : s->context->device->stats.sends_async);
+    count(direct ? s->context->device->stats->sends_direct
+                 : s->context->device->stats->sends_async);
     const uint64_t seq = inflight_push(s, w);
 
     if (w.opcode == IBV_WR_RDMA_READ) {
@@ -309,7 +310,7 @@ bool write_batch(Stream* s) {
             stream_fail(s, StreamEnd::kPeerReset, errno);
             return false;
         }
-        count(s->context->device->stats.tx_bytes, static_cast<uint64_t>(n));
+        count(s->context->device->stats->tx_bytes, static_cast<uint64_t>(n));
         size_t left = static_cast<size_t>(n);
         while (left > 0) {
             const size_t rest = b.iov[b.iov_sent].iov_len - b.offset;
@@ -328,7 +329,7 @@ bool write_batch(Stream* s) {
     }
     if (s->want_writable.load())
         engine_want_writable(s, false);
-    count(s->context->device->stats.tx_fpdus, b.fpdus);
+    count(s->context->device->stats->tx_fpdus, b.fpdus);
     return true;
 }
 

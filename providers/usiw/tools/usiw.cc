@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "host/device_stats.h"
 #include "host/link_config.h"
 #include "host/netdev.h"
 
@@ -29,9 +30,15 @@
 namespace {
 
 using usiw::ConfigScope;
+using usiw::DeviceStats;
+using usiw::effective_links;
 using usiw::EffectiveLink;
 using usiw::LinkSource;
 using usiw::LinkSpec;
+using usiw::map_device_stats;
+using usiw::reset_device_stats;
+using usiw::stat_fields;
+using usiw::StatField;
 
 constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
@@ -133,6 +140,8 @@ Usage:
   usiw link add NAME netdev NETDEV [--user | --system]
   usiw link delete NAME [--user | --system]      (alias: del)
   usiw run CMD [ARGS...]
+  usiw stat [show | reset] [NAME]
+  usiw stat --describe
   usiw help | --help | -h
 
 Commands:
@@ -171,6 +180,14 @@ Commands:
       By hand, the same is:
         LD_PRELOAD=%s USIW_RUN=1 CMD [ARGS...]
       Set-user-ID programs ignore LD_PRELOAD.
+
+  stat [show] [NAME]  (also `usiw statistic`)
+      Prints each device's datapath counters in the form of `rdma
+      statistic show`: link usiw0/1 tx_bytes N tx_fpdus N ... They count
+      for all of your processes together since the first one opened the
+      device after boot (shared memory /dev/shm/usiw.UID.NAME); a device no
+      process has opened shows zeroes. `usiw stat --describe` explains each
+      counter; `usiw stat reset [NAME]` sets them to zero.
 
 Devices:
   The usiw devices are the links of the system file, then those of the user
@@ -501,9 +518,62 @@ int run_command(Args args) {
     return fail("cannot run '" + args[0] + "': " + std::strerror(errno));
 }
 
+// --- usiw stat ---
+
+// Prints the counters of each link in the shape of `rdma statistic show`:
+//   link usiw0/1 tx_bytes 0 tx_fpdus 0 ...
+int stat_command(const Args& args) {
+    Args words = args;
+    bool reset = false;
+    bool describe = false;
+    if (!words.empty() && (words[0] == "show" || words[0] == "list"))
+        words.erase(words.begin());
+    if (!words.empty() && words[0] == "reset") {
+        reset = true;
+        words.erase(words.begin());
+    }
+    if (!words.empty() && (words[0] == "-v" || words[0] == "--describe")) {
+        describe = true;
+        words.erase(words.begin());
+    }
+    if (words.size() > 1)
+        return usage_error("usage: usiw stat [show | reset] [NAME]");
+    if (describe) {
+        for (const StatField& f : stat_fields())
+            std::printf("%-22s %s\n", f.name, f.meaning);
+        return kExitOk;
+    }
+    std::string error;
+    const std::vector<LinkSpec> links = effective_links(&error);
+    if (!error.empty())
+        return fail(error);
+    bool shown = false;
+    for (const LinkSpec& link : links) {
+        if (!words.empty() && words[0] != link.name)
+            continue;
+        shown = true;
+        std::string map_error;
+        DeviceStats* stats = map_device_stats(link.name, reset, &map_error);
+        if (reset) {
+            if (!stats)
+                return fail(map_error);
+            reset_device_stats(stats);
+            continue;
+        }
+        std::printf("link %s/1", link.name.c_str());
+        for (const StatField& f : stat_fields())
+            std::printf(" %s %llu", f.name,
+                        stats ? static_cast<unsigned long long>((stats->*f.counter).load()) : 0ull);
+        std::printf("\n");
+    }
+    if (!shown)
+        return fail("no link named '" + words[0] + "' (see 'usiw link show')");
+    return kExitOk;
+}
+
 int dispatch(const Args& args) {
     if (args.empty()) {
-        return usage_error("missing command (link or run)");
+        return usage_error("missing command (link, stat or run)");
     }
     const std::string& command = args[0];
     const Args rest(args.begin() + 1, args.end());
@@ -516,6 +586,9 @@ int dispatch(const Args& args) {
     }
     if (command == "run") {
         return run_command(rest);
+    }
+    if (command == "stat" || command == "statistic") {
+        return stat_command(rest);
     }
     return usage_error("unknown command '" + command + "'");
 }

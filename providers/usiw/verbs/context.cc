@@ -110,6 +110,14 @@ verbs_context* open_context(Device* device, int cmd_fd) {
     {
         std::lock_guard lock(device->mutex);
         device->open_contexts.push_back(ctx);
+        if (device->stats == &device->local_stats) {
+            std::string error;
+            if (DeviceStats* shared = map_device_stats(device->name, true, &error))
+                device->stats = shared;
+            else
+                log_debug("%s: counters stay private to this process: %s", device->name.c_str(),
+                          error.c_str());
+        }
     }
     watch_device(device);
     return &shell->vctx;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "glue/rdma_core_abi.h"
+#include "host/device_stats.h"
 #include "host/netdev.h"
 
 namespace usiw {
@@ -40,34 +41,15 @@ inline constexpr const char* kFirmwareVersion = "usiw-0.1.0";
 
 struct Context;
 
-// Datapath counters of one device, as `usiw stat` shows them. Updated with
-// relaxed atomics: each is exact, their mutual consistency is not promised.
-struct DeviceStats {
-    std::atomic<uint64_t> tx_bytes{0};
-    std::atomic<uint64_t> tx_fpdus{0};
-    std::atomic<uint64_t> rx_bytes{0};
-    std::atomic<uint64_t> rx_fpdus{0};
-    std::atomic<uint64_t> rx_direct_bytes{0};  // payload received straight into its destination
-    std::atomic<uint64_t> sends_direct{0};     // work requests sent in the posting thread
-    std::atomic<uint64_t> sends_async{0};      // ... resumed by the progress engine
-    std::atomic<uint64_t> zcopy_bytes{0};
-    std::atomic<uint64_t> deferred_completions{0};
-    std::atomic<uint64_t> mapped_read_stags{0};  // multi-SGE READs through one mapped STag
-    std::atomic<uint64_t> terminates_sent{0};
-    std::atomic<uint64_t> terminates_received{0};
-    std::atomic<uint64_t> crc_errors{0};
-};
-
-inline void count(std::atomic<uint64_t>& counter, uint64_t n = 1) {
-    counter.fetch_add(n, std::memory_order_relaxed);
-}
-
 struct Device {
     verbs_device vdev{};  // first: what rdma-core lists and opens
     std::string name;     // e.g. usiw0
     std::string netdev;   // e.g. lo
     int index = 0;        // position in the usiw device list
-    DeviceStats stats;
+    // Shared with other processes (host/device_stats.h); process-local
+    // until the first open maps the shared segment, or if it cannot.
+    DeviceStats local_stats;
+    DeviceStats* stats = &local_stats;
 
     std::mutex mutex;  // protects everything below
     bool netdev_present = false;

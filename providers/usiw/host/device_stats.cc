@@ -1,0 +1,85 @@
+#include "host/device_stats.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+namespace usiw {
+
+namespace {
+
+constexpr StatField kFields[] = {
+    {"tx_bytes", &DeviceStats::tx_bytes, "bytes written to TCP (FPDUs, headers included)"},
+    {"tx_fpdus", &DeviceStats::tx_fpdus, "FPDUs sent"},
+    {"rx_bytes", &DeviceStats::rx_bytes, "bytes read from TCP"},
+    {"rx_fpdus", &DeviceStats::rx_fpdus, "FPDUs received"},
+    {"rx_direct_bytes", &DeviceStats::rx_direct_bytes,
+     "payload bytes received straight into their destination buffer"},
+    {"sends_direct", &DeviceStats::sends_direct,
+     "work requests transmitted in the posting thread (technique 2)"},
+    {"sends_async", &DeviceStats::sends_async,
+     "work requests transmitted by the progress engine after the socket filled"},
+    {"zcopy_bytes", &DeviceStats::zcopy_bytes, "payload bytes sent with kernel zero copy"},
+    {"deferred_completions", &DeviceStats::deferred_completions,
+     "completions held until the kernel released a zero-copy buffer (technique 3)"},
+    {"mapped_read_stags", &DeviceStats::mapped_read_stags,
+     "RDMA READs into several buffers through one mapped STag (technique 1)"},
+    {"terminates_sent", &DeviceStats::terminates_sent, "TERMINATE messages sent"},
+    {"terminates_received", &DeviceStats::terminates_received, "TERMINATE messages received"},
+    {"crc_errors", &DeviceStats::crc_errors, "FPDUs with a bad CRC32c"},
+};
+
+std::string segment_name(const std::string& device) {
+    return "/usiw." + std::to_string(getuid()) + "." + device;
+}
+
+}  // namespace
+
+std::span<const StatField> stat_fields() {
+    return kFields;
+}
+
+DeviceStats* map_device_stats(const std::string& device, bool create, std::string* error) {
+    const std::string name = segment_name(device);
+    const int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0600);
+    if (fd < 0) {
+        *error = "cannot open shared counters /dev/shm" + name + ": " + strerror(errno);
+        return nullptr;
+    }
+    struct stat st {};
+    bool fresh = fstat(fd, &st) == 0 && st.st_size == 0;
+    if (fresh && ftruncate(fd, sizeof(DeviceStats)) != 0) {
+        *error = "cannot size shared counters: " + std::string(strerror(errno));
+        close(fd);
+        return nullptr;
+    }
+    void* p = mmap(nullptr, sizeof(DeviceStats), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) {
+        *error = "cannot map shared counters: " + std::string(strerror(errno));
+        return nullptr;
+    }
+    auto* stats = static_cast<DeviceStats*>(p);
+    // A new segment is all zeroes: the header is written once. Concurrent
+    // first opens write the same header, and zero counters stay zero.
+    if (stats->magic != DeviceStats::kMagic)
+        new (stats) DeviceStats;
+    if (stats->version != DeviceStats::kVersion || stats->size != sizeof(DeviceStats)) {
+        *error = "shared counters /dev/shm" + name + " are from another usiw version";
+        munmap(p, sizeof(DeviceStats));
+        return nullptr;
+    }
+    return stats;
+}
+
+void reset_device_stats(DeviceStats* stats) {
+    for (const StatField& f : kFields)
+        (stats->*f.counter).store(0, std::memory_order_relaxed);
+}
+
+}  // namespace usiw
