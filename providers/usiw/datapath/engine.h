@@ -23,6 +23,8 @@ void engine_retire(Stream* stream);
 
 // The work the engine calls (tx.cc, rx.cc).
 void stream_receive(Stream* stream);
+// Receives only if no other thread is receiving on the stream (poll_cq).
+void stream_try_receive(Stream* stream);
 void stream_transmit(Stream* stream, bool direct);
 
 }  // namespace usiw

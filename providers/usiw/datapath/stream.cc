@@ -226,12 +226,12 @@ int qp_attach_stream(Qp* qp, StreamParams&& params, StreamObserver* observer) {
     setsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     {
         std::lock_guard lock(qp->state_mutex);
-        if (qp->stream || (qp->state != IBV_QPS_INIT && qp->state != IBV_QPS_RTR)) {
+        if (qp->stream.load() || (qp->state != IBV_QPS_INIT && qp->state != IBV_QPS_RTR)) {
             close(s->fd);
             delete s;
             return EINVAL;
         }
-        qp->stream = s;
+        qp->stream.store(s);
         qp->state = IBV_QPS_RTS;
         qp->vqp.qp.state = IBV_QPS_RTS;
     }
@@ -253,7 +253,7 @@ void qp_disconnect(Qp* qp) {
     Stream* s = nullptr;
     {
         std::lock_guard lock(qp->state_mutex);
-        s = qp->stream;
+        s = qp->stream.load();
     }
     if (!s || s->ended.load())
         return;
@@ -271,7 +271,7 @@ void qp_transmit(Qp* qp) {
     Stream* s = nullptr;
     {
         std::lock_guard lock(qp->state_mutex);
-        s = qp->stream;
+        s = qp->stream.load();
     }
     if (s && !s->dead.load())
         stream_transmit(s, true);
@@ -298,7 +298,7 @@ void qp_stream_destroy(Qp* qp) {
     {
         std::lock_guard lock(qp->state_mutex);
         was_live = end_locked(s, SHUT_RDWR, false);
-        qp->stream = nullptr;
+        qp->stream.store(nullptr);
     }
     if (was_live)
         notify_observer(s, StreamEnd::kLocalDisconnect, 0);

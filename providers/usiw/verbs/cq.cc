@@ -5,6 +5,7 @@
 #include <new>
 
 #include "verbs/log.h"
+#include "verbs/stream.h"
 #include "verbs/verbs.h"
 
 namespace usiw {

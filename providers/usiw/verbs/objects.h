@@ -28,6 +28,7 @@
 namespace usiw {
 
 struct Context;
+struct Qp;
 struct Stream;
 
 // A completion channel created by usiw's ibv_create_comp_channel: the pipe's
@@ -56,6 +57,9 @@ struct Cq {
     Context* context = nullptr;
     CompChannel* channel = nullptr;
     std::atomic<uint32_t> users{0};  // QPs and SRQs bound to it
+
+    std::mutex qps_mutex;  // protects `qps`; held while poll_cq drives their streams
+    std::vector<Qp*> qps;  // QPs completing into this CQ
 
     std::mutex mutex;  // protects everything below
     Ring<ibv_wc> entries;
@@ -116,7 +120,9 @@ struct Qp {
     uint8_t max_rd_atomic = 0;       // ORD: outstanding RDMA Reads we issue
     uint8_t max_dest_rd_atomic = 0;  // IRD: inbound RDMA Reads we serve
 
-    Stream* stream = nullptr;  // the connected TCP stream, once attached (datapath/)
+    // The connected TCP stream, once attached (datapath/). Set and cleared
+    // under state_mutex; poll_cq reads it without, under the CQ's qps_mutex.
+    std::atomic<Stream*> stream{nullptr};
 
     std::mutex sq_mutex;  // protects `sq`
     Ring<SendWqe> sq;

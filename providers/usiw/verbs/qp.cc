@@ -106,6 +106,24 @@ void discard_queues(Qp* qp) {
     qp->rq.clear();
 }
 
+void attach_to_cqs(Qp* qp) {
+    {
+        std::lock_guard lock(qp->send_cq->qps_mutex);
+        qp->send_cq->qps.push_back(qp);
+    }
+    if (qp->recv_cq != qp->send_cq) {
+        std::lock_guard lock(qp->recv_cq->qps_mutex);
+        qp->recv_cq->qps.push_back(qp);
+    }
+}
+
+void detach_from_cqs(Qp* qp) {
+    for (Cq* cq : {qp->send_cq, qp->recv_cq}) {
+        std::lock_guard lock(cq->qps_mutex);
+        std::erase(cq->qps, qp);
+    }
+}
+
 void release(Qp* qp) {
     qp->pd->users.fetch_sub(1);
     qp->send_cq->users.fetch_sub(1);
@@ -194,6 +212,7 @@ ibv_qp* create_qp_common(Pd* pd, ibv_qp_init_attr_ex* attr) {
         std::lock_guard lock(ctx->objects_mutex);
         ctx->qps[qp_num] = qp;
     }
+    attach_to_cqs(qp);
     return &q;
 }
 
@@ -236,6 +255,7 @@ ibv_qp* create_qp_ex(ibv_context* ibctx, ibv_qp_init_attr_ex* attr) {
 int destroy_qp(ibv_qp* ibqp) {
     Qp* qp = to_qp(ibqp);
     Context* ctx = qp->context;
+    detach_from_cqs(qp);  // no poll_cq reaches the stream after this
     qp_stream_destroy(qp);
     release(qp);
     pthread_cond_destroy(&ibqp->cond);

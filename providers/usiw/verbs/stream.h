@@ -74,5 +74,8 @@ Qp* find_qp(Context* ctx, uint32_t qp_num);
 void qp_stream_error(Qp* qp);
 void qp_stream_destroy(Qp* qp);
 void qp_transmit(Qp* qp);
+// poll_cq found its CQ empty: receive on its QPs' streams in the calling
+// thread, so a polling application need not wait for the engine to wake.
+void cq_progress(Cq* cq);
 
 }  // namespace usiw
