@@ -284,25 +284,43 @@ void qp_stream_error(Qp* qp) {
     notify_observer(s, StreamEnd::kLocalDisconnect, 0);
 }
 
-void qp_stream_destroy(Qp* qp) {
-    Stream* s = qp->stream;
+void qp_stream_reset(Qp* qp) {
+    Stream* s = qp->stream.load();
     if (!s)
         return;
-    {
-        // Wait out any thread inside the stream, then cut it off the QP.
-        std::lock_guard rx(s->rx_mutex);
-        std::lock_guard tx(s->tx_mutex);
-        s->dead.store(true);
-    }
-    bool was_live = false;
-    {
-        std::lock_guard lock(qp->state_mutex);
-        was_live = end_locked(s, SHUT_RDWR, false);
-        qp->stream.store(nullptr);
-    }
+    const bool was_live = end_locked(s, SHUT_RDWR, false);
+    qp->stream.store(nullptr);
+    qp->old_streams.push_back(s);
     if (was_live)
         notify_observer(s, StreamEnd::kLocalDisconnect, 0);
-    engine_retire(s);
+}
+
+void qp_stream_destroy(Qp* qp) {
+    std::vector<Stream*> streams;
+    {
+        std::lock_guard lock(qp->state_mutex);
+        streams.swap(qp->old_streams);
+        if (Stream* s = qp->stream.load())
+            streams.push_back(s);
+    }
+    for (Stream* s : streams) {
+        {
+            // Wait out any thread inside the stream, then cut it off the QP.
+            std::lock_guard rx(s->rx_mutex);
+            std::lock_guard tx(s->tx_mutex);
+            s->dead.store(true);
+        }
+        bool was_live = false;
+        {
+            std::lock_guard lock(qp->state_mutex);
+            was_live = end_locked(s, SHUT_RDWR, false);
+            if (qp->stream.load() == s)
+                qp->stream.store(nullptr);
+        }
+        if (was_live)
+            notify_observer(s, StreamEnd::kLocalDisconnect, 0);
+        engine_retire(s);
+    }
 }
 
 }  // namespace usiw

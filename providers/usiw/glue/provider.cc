@@ -93,8 +93,10 @@ const verbs_device_ops& device_ops() {
 }
 
 std::span<Device* const> usiw_devices() {
-    static const std::vector<Device*> devices = build_devices();
-    return devices;
+    // Never destroyed: devices outlive every exit-time destructor and stay
+    // reachable for leak checkers.
+    static const auto* devices = new std::vector<Device*>(build_devices());
+    return *devices;
 }
 
 Device* usiw_device(const ibv_device* device) {

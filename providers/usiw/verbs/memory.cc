@@ -16,13 +16,18 @@ constexpr unsigned kSupportedAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE
                                       IBV_ACCESS_REMOTE_READ | IBV_ACCESS_MW_BIND |
                                       IBV_ACCESS_RELAXED_ORDERING;
 
-// The verbs rules for access flags: remote write (and atomics) need local
-// write, and only flags usiw implements are accepted.
+// The verbs rules for access flags, in the kernel's order: remote write and
+// atomics need local write; the optional range (bits 20-29: relaxed
+// ordering and its successors) may be ignored; other flags usiw does not
+// implement are refused.
 int validate_access(int access) {
-    const auto a = static_cast<unsigned>(access);
+    const auto a =
+        static_cast<unsigned>(access) & ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE);
+    if ((a & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(a & IBV_ACCESS_LOCAL_WRITE))
+        return EINVAL;
+    if (a & (IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_ON_DEMAND))
+        return EOPNOTSUPP;
     if (a & ~kSupportedAccess)
-        return a & IBV_ACCESS_REMOTE_ATOMIC ? EOPNOTSUPP : EINVAL;
-    if ((a & IBV_ACCESS_REMOTE_WRITE) && !(a & IBV_ACCESS_LOCAL_WRITE))
         return EINVAL;
     return 0;
 }
@@ -116,6 +121,8 @@ int rereg_mr(verbs_mr* vmr, int flags, ibv_pd* new_ibpd, void* addr, size_t leng
     Mr* mr = to_mr(vmr);
     if (flags &
         ~(IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS))
+        return EINVAL;
+    if ((flags & IBV_REREG_MR_CHANGE_PD) && !new_ibpd)
         return EINVAL;
     Pd* pd = (flags & IBV_REREG_MR_CHANGE_PD) ? to_pd(new_ibpd) : mr->pd;
     if (pd->context != mr->pd->context)

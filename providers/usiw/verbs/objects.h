@@ -123,6 +123,7 @@ struct Qp {
     // The connected TCP stream, once attached (datapath/). Set and cleared
     // under state_mutex; poll_cq reads it without, under the CQ's qps_mutex.
     std::atomic<Stream*> stream{nullptr};
+    std::vector<Stream*> old_streams;  // ended by RESET, freed with the QP
 
     std::mutex sq_mutex;  // protects `sq`
     Ring<SendWqe> sq;

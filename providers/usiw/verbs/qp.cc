@@ -327,6 +327,7 @@ int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
                 qp_enter_error(qp);
             break;
         case IBV_QPS_RESET:
+            qp_stream_reset(qp);  // the connection ends; the QP may take a new one
             discard_queues(qp);
             qp->state = IBV_QPS_RESET;
             break;
@@ -388,7 +389,9 @@ int build_send_wqe(const Qp* qp, const ibv_send_wr* wr, SendWqe* wqe) {
     const bool is_inline = wr->send_flags & IBV_SEND_INLINE;
     if (is_inline && wr->opcode == IBV_WR_RDMA_READ)
         return EINVAL;
-    if (wr->opcode == IBV_WR_RDMA_READ ? num_sge > kMaxSgeRd : num_sge > qp->cap.max_send_sge)
+    // A READ's scatter list is bounded by the QP's SGE limit and the device's
+    // max_sge_rd alike.
+    if (num_sge > qp->cap.max_send_sge || (wr->opcode == IBV_WR_RDMA_READ && num_sge > kMaxSgeRd))
         return EINVAL;
     wqe->wr_id = wr->wr_id;
     wqe->opcode = wr->opcode;
@@ -404,13 +407,16 @@ int build_send_wqe(const Qp* qp, const ibv_send_wr* wr, SendWqe* wqe) {
             const ibv_sge& s = wr->sg_list[i];
             if (s.length > qp->cap.max_inline_data - total)
                 return EINVAL;
-            std::memcpy(wqe->inline_data + total, reinterpret_cast<const void*>(s.addr), s.length);
+            if (s.length > 0)
+                std::memcpy(wqe->inline_data + total, reinterpret_cast<const void*>(s.addr),
+                            s.length);
             total += s.length;
         }
         wqe->inline_length = static_cast<uint32_t>(total);
         return 0;
     }
-    std::memcpy(wqe->sge, wr->sg_list, num_sge * sizeof(ibv_sge));
+    if (num_sge > 0)
+        std::memcpy(wqe->sge, wr->sg_list, num_sge * sizeof(ibv_sge));
     wqe->num_sge = num_sge;
     return 0;
 }
@@ -476,7 +482,8 @@ int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
         RecvWqe& wqe = qp->rq.back_slot();
         wqe.wr_id = wr->wr_id;
         wqe.num_sge = static_cast<uint32_t>(wr->num_sge);
-        std::memcpy(wqe.sge, wr->sg_list, wqe.num_sge * sizeof(ibv_sge));
+        if (wqe.num_sge > 0)
+            std::memcpy(wqe.sge, wr->sg_list, wqe.num_sge * sizeof(ibv_sge));
         qp->rq.commit_push();
         if (qp->state == IBV_QPS_ERR) {
             flush_recv(qp, qp->rq.front());

@@ -119,7 +119,8 @@ int post_srq_recv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
         RecvWqe& wqe = srq->queue.back_slot();
         wqe.wr_id = wr->wr_id;
         wqe.num_sge = static_cast<uint32_t>(wr->num_sge);
-        std::memcpy(wqe.sge, wr->sg_list, wqe.num_sge * sizeof(ibv_sge));
+        if (wqe.num_sge > 0)
+            std::memcpy(wqe.sge, wr->sg_list, wqe.num_sge * sizeof(ibv_sge));
         srq->queue.commit_push();
     }
     return 0;

@@ -73,6 +73,9 @@ Qp* find_qp(Context* ctx, uint32_t qp_num);
 // without completions. qp_transmit: work was posted.
 void qp_stream_error(Qp* qp);
 void qp_stream_destroy(Qp* qp);
+// The QP is being reset (state_mutex held): its stream ends without
+// completions and is detached, so the QP can take a new connection.
+void qp_stream_reset(Qp* qp);
 void qp_transmit(Qp* qp);
 // poll_cq found its CQ empty: receive on its QPs' streams in the calling
 // thread, so a polling application need not wait for the engine to wake.

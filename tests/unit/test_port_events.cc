@@ -1,0 +1,332 @@
+// Port events of a usiw device: its port follows its netdev, and a change
+// reaches every open context as an async event (IBV_EVENT_PORT_ERR,
+// IBV_EVENT_PORT_ACTIVE, IBV_EVENT_GID_CHANGE), through libibverbs with the
+// provider preloaded.
+//
+// The netdev is made for the test, in a network namespace of its own: the
+// test process leaves the host's namespace (unshare(CLONE_NEWNET)) before it
+// first lists devices, so the provider's device list, its netlink queries
+// and its monitor thread all live in that namespace, and the host's
+// interfaces are never seen or touched. The namespace, and the interface in
+// it, go away when the process exits. It needs root and `ip`; without them
+// every test is skipped.
+//
+// The interface is a dummy; where the kernel has no dummy driver, one end of
+// a veth pair whose peer stays up, which behaves the same for the port.
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <infiniband/verbs.h>
+#include <net/if.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+// cmocka last: it defines macros (fail, skip) that clash with the standard
+// library's names. cmocka 1.1.5 declares its functions without extern "C".
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+extern "C" {
+#include <cmocka.h>
+}
+
+namespace {
+
+constexpr const char* kNetdev = "d0";
+constexpr const char* kPeer = "d0p";  // only with the veth fallback
+constexpr const char* kDevice = "usiw9";
+constexpr int kEventTimeoutMs = 5000;
+
+struct World {
+    std::string skip_reason;  // non-empty: every test skips
+    std::string config_dir;
+    ibv_device** list = nullptr;
+    ibv_device* device = nullptr;
+    ibv_context* ctx = nullptr;
+};
+
+World world;
+
+int run(const std::string& command) {
+    std::fflush(nullptr);
+    const int status = std::system(command.c_str());
+    return status == -1 ? -1 : WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+bool write_file(const std::string& path, const std::string& text) {
+    FILE* file = std::fopen(path.c_str(), "w");
+    if (!file)
+        return false;
+    const bool ok = std::fputs(text.c_str(), file) >= 0;
+    return std::fclose(file) == 0 && ok;
+}
+
+// Makes the namespace, the interface and the configuration, then lists the
+// devices for the first time in this process.
+int group_setup(void**) {
+    if (geteuid() != 0) {
+        world.skip_reason = "not root";
+        return 0;
+    }
+    if (run("command -v ip >/dev/null 2>&1") != 0) {
+        world.skip_reason = "no `ip` command";
+        return 0;
+    }
+    // The provider is loaded already; the `ip` commands must not load it.
+    unsetenv("LD_PRELOAD");
+    if (unshare(CLONE_NEWNET) != 0) {
+        world.skip_reason = std::string("unshare(CLONE_NEWNET): ") + std::strerror(errno);
+        return 0;
+    }
+    const std::string dev = kNetdev;
+    if (run("ip link add " + dev + " type dummy 2>/dev/null") != 0) {
+        if (run("ip link add " + dev + " type veth peer name " + kPeer) != 0 ||
+            run(std::string("ip link set ") + kPeer + " up") != 0) {
+            std::fprintf(stderr, "cannot create a dummy or veth interface\n");
+            return -1;
+        }
+    }
+    // No IPv6 link-local address: only the addresses the tests add.
+    if (run("ip link set " + dev + " addrgenmode none") != 0)
+        return -1;
+
+    char dir[] = "/tmp/usiw-port-events-XXXXXX";
+    if (!mkdtemp(dir))
+        return -1;
+    world.config_dir = dir;
+    const std::string user = world.config_dir + "/user";
+    const std::string system = world.config_dir + "/system";
+    std::filesystem::create_directories(user);
+    std::filesystem::create_directories(system);
+    if (!write_file(user + "/links", std::string(kDevice) + " netdev " + dev + "\n"))
+        return -1;
+    setenv("USIW_CONFIG_DIR", user.c_str(), 1);
+    setenv("USIW_SYSTEM_CONFIG_DIR", system.c_str(), 1);
+
+    int n = 0;
+    world.list = ibv_get_device_list(&n);
+    if (!world.list)
+        return -1;
+    for (int i = 0; i < n; ++i) {
+        const char* name = ibv_get_device_name(world.list[i]);
+        if (std::strcmp(name, kDevice) == 0)
+            world.device = world.list[i];
+        else if (std::strncmp(name, "usiw", 4) == 0)
+            std::fprintf(stderr, "unexpected usiw device %s\n", name);
+    }
+    if (!world.device) {
+        std::fprintf(stderr, "no %s device: is libusiw-rdmav34.so preloaded?\n", kDevice);
+        return -1;
+    }
+    if (run("ip link set " + dev + " up") != 0)
+        return -1;
+    world.ctx = ibv_open_device(world.device);
+    return world.ctx ? 0 : -1;
+}
+
+int group_teardown(void**) {
+    int rc = 0;
+    if (world.ctx && ibv_close_device(world.ctx) != 0)
+        rc = -1;
+    if (world.list)
+        ibv_free_device_list(world.list);
+    if (world.skip_reason.empty()) {
+        run(std::string("ip link del ") + kNetdev + " 2>/dev/null");
+        if (!world.config_dir.empty()) {
+            std::error_code ec;
+            std::filesystem::remove_all(world.config_dir, ec);
+        }
+    }
+    return rc;
+}
+
+void skip_unless_ready() {
+    if (!world.skip_reason.empty()) {
+        std::printf("skipped: %s\n", world.skip_reason.c_str());
+        skip();
+    }
+}
+
+bool event_pending(ibv_context* ctx, int timeout_ms) {
+    pollfd p{ctx->async_fd, POLLIN, 0};
+    return poll(&p, 1, timeout_ms) == 1;
+}
+
+// The next async event on `ctx` must be `type` for port 1, within
+// kEventTimeoutMs.
+void expect_port_event(ibv_context* ctx, ibv_event_type type) {
+    if (!event_pending(ctx, kEventTimeoutMs)) {
+        std::fprintf(stderr, "no %s within %d ms\n", ibv_event_type_str(type), kEventTimeoutMs);
+        assert_true(false);
+    }
+    ibv_async_event event{};
+    assert_int_equal(ibv_get_async_event(ctx, &event), 0);
+    if (event.event_type != type)
+        std::fprintf(stderr, "expected %s, got %s\n", ibv_event_type_str(type),
+                     ibv_event_type_str(event.event_type));
+    assert_int_equal(event.event_type, type);
+    assert_int_equal(event.element.port_num, 1);
+    ibv_ack_async_event(&event);
+}
+
+ibv_port_state port_state(ibv_context* ctx) {
+    ibv_port_attr attr{};
+    assert_int_equal(ibv_query_port(ctx, 1, &attr), 0);
+    return attr.state;
+}
+
+ibv_gid gid_of(const char* text) {
+    ibv_gid gid{};
+    in_addr v4{};
+    if (inet_pton(AF_INET, text, &v4) == 1) {
+        gid.raw[10] = gid.raw[11] = 0xff;
+        std::memcpy(&gid.raw[12], &v4, 4);
+    } else {
+        assert_int_equal(inet_pton(AF_INET6, text, gid.raw), 1);
+    }
+    return gid;
+}
+
+std::vector<ibv_gid_entry> gid_table(ibv_context* ctx) {
+    std::vector<ibv_gid_entry> entries(32);
+    const ssize_t n = ibv_query_gid_table(ctx, entries.data(), entries.size(), 0);
+    assert_true(n >= 0);
+    entries.resize(static_cast<size_t>(n));
+    return entries;
+}
+
+void expect_gids(ibv_context* ctx, const std::vector<const char*>& addresses) {
+    const std::vector<ibv_gid_entry> table = gid_table(ctx);
+    assert_int_equal(table.size(), addresses.size());
+    const uint32_t ifindex = if_nametoindex(kNetdev);
+    for (size_t i = 0; i < addresses.size(); ++i) {
+        const ibv_gid want = gid_of(addresses[i]);
+        assert_memory_equal(table[i].gid.raw, want.raw, 16);
+        assert_int_equal(table[i].gid_index, i);
+        assert_int_equal(table[i].port_num, 1);
+        assert_int_equal(table[i].ndev_ifindex, ifindex);
+        ibv_gid gid;
+        assert_int_equal(ibv_query_gid(ctx, 1, static_cast<int>(i), &gid), 0);
+        assert_memory_equal(gid.raw, want.raw, 16);
+    }
+    ibv_gid gid;
+    std::memset(&gid, 0xa5, sizeof gid);
+    assert_int_equal(ibv_query_gid(ctx, 1, static_cast<int>(addresses.size()), &gid), 0);
+    const ibv_gid zero{};
+    assert_memory_equal(&gid, &zero, sizeof gid);
+}
+
+// --- tests ---
+
+void test_port_active_on_up_netdev(void** state) {
+    (void)state;
+    skip_unless_ready();
+    // The port is ACTIVE once the netdev is up and running; operational
+    // state may lag IFF_UP a little, and then a PORT_ACTIVE event follows.
+    if (port_state(world.ctx) != IBV_PORT_ACTIVE)
+        expect_port_event(world.ctx, IBV_EVENT_PORT_ACTIVE);
+    assert_int_equal(port_state(world.ctx), IBV_PORT_ACTIVE);
+    assert_false(event_pending(world.ctx, 200));
+
+    ibv_port_attr attr{};
+    assert_int_equal(ibv_query_port(world.ctx, 1, &attr), 0);
+    assert_int_equal(attr.link_layer, IBV_LINK_LAYER_ETHERNET);
+    assert_int_equal(attr.active_mtu, IBV_MTU_1024);  // MTU 1500
+
+    // The node GUID is the EUI-64 of the interface's MAC.
+    const int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    assert_true(s >= 0);
+    ifreq req{};
+    std::snprintf(req.ifr_name, sizeof req.ifr_name, "%s", kNetdev);
+    assert_int_equal(ioctl(s, SIOCGIFHWADDR, &req), 0);
+    close(s);
+    const auto* mac = reinterpret_cast<const uint8_t*>(req.ifr_hwaddr.sa_data);
+    const uint8_t eui64[8] = {
+        static_cast<uint8_t>(mac[0] ^ 0x02), mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]};
+    const __be64 guid = ibv_get_device_guid(world.device);
+    assert_memory_equal(&guid, eui64, 8);
+
+    // No addresses yet: an empty GID table.
+    expect_gids(world.ctx, {});
+}
+
+void test_link_down_and_up(void** state) {
+    (void)state;
+    skip_unless_ready();
+    // A second context on the device gets the events too.
+    ibv_context* second = ibv_open_device(world.device);
+    assert_non_null(second);
+    assert_false(event_pending(second, 0));
+
+    assert_int_equal(run(std::string("ip link set ") + kNetdev + " down"), 0);
+    expect_port_event(world.ctx, IBV_EVENT_PORT_ERR);
+    expect_port_event(second, IBV_EVENT_PORT_ERR);
+    assert_int_equal(port_state(world.ctx), IBV_PORT_DOWN);
+    assert_int_equal(port_state(second), IBV_PORT_DOWN);
+    assert_false(event_pending(world.ctx, 200));
+
+    assert_int_equal(run(std::string("ip link set ") + kNetdev + " up"), 0);
+    expect_port_event(world.ctx, IBV_EVENT_PORT_ACTIVE);
+    expect_port_event(second, IBV_EVENT_PORT_ACTIVE);
+    assert_int_equal(port_state(world.ctx), IBV_PORT_ACTIVE);
+    assert_false(event_pending(world.ctx, 200));
+
+    assert_int_equal(ibv_close_device(second), 0);
+}
+
+void test_addresses_change_gids(void** state) {
+    (void)state;
+    skip_unless_ready();
+    const std::string dev = kNetdev;
+    assert_int_equal(run("ip addr add 192.0.2.9/24 dev " + dev), 0);
+    expect_port_event(world.ctx, IBV_EVENT_GID_CHANGE);
+    expect_gids(world.ctx, {"192.0.2.9"});
+
+    assert_int_equal(run("ip addr add fd00:5::9/64 dev " + dev + " nodad"), 0);
+    expect_port_event(world.ctx, IBV_EVENT_GID_CHANGE);
+    expect_gids(world.ctx, {"192.0.2.9", "fd00:5::9"});
+
+    assert_int_equal(run("ip addr del 192.0.2.9/24 dev " + dev), 0);
+    expect_port_event(world.ctx, IBV_EVENT_GID_CHANGE);
+    expect_gids(world.ctx, {"fd00:5::9"});
+
+    assert_int_equal(run("ip addr del fd00:5::9/64 dev " + dev), 0);
+    expect_port_event(world.ctx, IBV_EVENT_GID_CHANGE);
+    expect_gids(world.ctx, {});
+    // The port stayed up throughout.
+    assert_int_equal(port_state(world.ctx), IBV_PORT_ACTIVE);
+    assert_false(event_pending(world.ctx, 200));
+}
+
+// The netdev vanishing takes the port down.
+void test_netdev_removed(void** state) {
+    (void)state;
+    skip_unless_ready();
+    assert_int_equal(run(std::string("ip link del ") + kNetdev), 0);
+    expect_port_event(world.ctx, IBV_EVENT_PORT_ERR);
+    assert_int_equal(port_state(world.ctx), IBV_PORT_DOWN);
+}
+
+}  // namespace
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_port_active_on_up_netdev),
+        cmocka_unit_test(test_link_down_and_up),
+        cmocka_unit_test(test_addresses_change_gids),
+        cmocka_unit_test(test_netdev_removed),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
