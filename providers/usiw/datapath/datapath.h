@@ -31,6 +31,13 @@ void stream_fail(Stream* s, StreamEnd why, int error);
 void stream_terminate(Stream* s, const wire::TermCause& cause,
                       std::span<const std::byte> offending_header);
 
+// Zero copy (zerocopy.cc): set up from USIW_ZCOPY / USIW_ZCOPY_MIN when a
+// stream is attached; collect the kernel's notifications and complete the
+// work they release; whether any batch still waits for one.
+void stream_setup_zerocopy(Stream* s);
+void stream_reap_zerocopy(Stream* s);
+bool stream_zerocopy_waiting(Stream* s);
+
 // Queues a whole TERMINATE FPDU; it goes out after the FPDU in progress.
 void stream_queue_terminate(Stream* s, std::vector<std::byte>&& fpdu);
 

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <thread>
 
+#include "datapath/datapath.h"
 #include "verbs/log.h"
 
 namespace usiw {
@@ -60,6 +61,8 @@ class Engine {
                 auto* s = static_cast<Stream*>(events[i].data.ptr);
                 if (s->dead.load())
                     continue;  // retired after this batch was fetched
+                if (events[i].events & EPOLLERR)
+                    stream_reap_zerocopy(s);  // zero-copy notifications wait
                 if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
                     stream_receive(s);
                 if ((events[i].events & EPOLLOUT) && !s->dead.load())

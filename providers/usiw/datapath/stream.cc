@@ -224,6 +224,7 @@ int qp_attach_stream(Qp* qp, StreamParams&& params, StreamObserver* observer) {
     s->rtr_pending = s->params.initiator && s->params.send_rtr != wire::kRtrNone;
     const int one = 1;
     setsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    stream_setup_zerocopy(s);
     {
         std::lock_guard lock(qp->state_mutex);
         if (qp->stream.load() || (qp->state != IBV_QPS_INIT && qp->state != IBV_QPS_RTR)) {
@@ -268,13 +269,23 @@ Qp* find_qp(Context* ctx, uint32_t qp_num) {
 }
 
 void qp_transmit(Qp* qp) {
-    Stream* s = nullptr;
-    {
-        std::lock_guard lock(qp->state_mutex);
-        s = qp->stream.load();
-    }
+    // The application owns the QP for the duration of post_send, so the
+    // stream cannot be destroyed under us.
+    Stream* s = qp->stream.load();
     if (s && !s->dead.load())
         stream_transmit(s, true);
+}
+
+void cq_progress(Cq* cq) {
+    std::lock_guard lock(cq->qps_mutex);
+    for (Qp* qp : cq->qps) {
+        Stream* s = qp->stream.load();
+        if (!s || s->dead.load() || s->ended.load())
+            continue;
+        if (cq == qp->send_cq && stream_zerocopy_waiting(s))
+            stream_reap_zerocopy(s);
+        stream_try_receive(s);
+    }
 }
 
 void qp_stream_error(Qp* qp) {

@@ -17,6 +17,7 @@
 #include <array>
 #include <atomic>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -83,15 +84,31 @@ struct TxBatch {
     size_t iov_sent = 0;              // entries fully written
     size_t offset = 0;                // bytes written of iov[iov_sent]
     size_t bytes = 0;                 // total bytes in the batch
+    size_t payload_bytes = 0;         // of which application payload
+    bool has_inline = false;          // payload copied into usiw's memory (never zero copy)
     std::vector<uint64_t> completes;  // inflight seqs whose last FPDU is in this batch
+    // Zero copy: the batch went out with MSG_ZEROCOPY in the sendmsg calls
+    // numbered first..last (the kernel's per-socket counter); the memory
+    // its iovecs name, its own headers included, stays untouched until the
+    // kernel's notification covers `zc_last`.
+    bool zerocopy = false;
+    bool zc_used = false;
+    uint32_t zc_last = 0;
 
     bool empty() const { return iov_count == 0; }
     bool sent() const { return iov_sent == iov_count; }
     void clear() {
-        fpdus = iov_count = iov_sent = offset = bytes = 0;
+        fpdus = iov_count = iov_sent = offset = bytes = payload_bytes = 0;
+        has_inline = zerocopy = zc_used = false;
+        zc_last = 0;
         completes.clear();
     }
 };
+
+// Zero-copy policy of a stream (USIW_ZCOPY): never; auto, which stops using
+// it on a stream once the kernel reports it copied anyway (loopback, veth);
+// always.
+enum class ZeroCopy : uint8_t { kNever, kAuto, kAlways };
 
 // Where the transmitter is within the current send-queue message.
 struct TxMessage {
@@ -120,7 +137,7 @@ struct Stream {
     // Transmit side.
     std::mutex tx_mutex;
     std::atomic<bool> tx_pending{false};
-    TxBatch batch;
+    std::unique_ptr<TxBatch> batch = std::make_unique<TxBatch>();
     TxMessage message;
     uint32_t send_msn = 1;             // next MSN on queue 0 (Send)
     uint32_t read_req_msn = 1;         // next MSN on queue 1 (Read Request)
@@ -153,6 +170,19 @@ struct Stream {
     uint32_t rx_segment_count = 0;
     uint64_t rx_base = 0;  // offset in the segments of the segment's first byte
     std::array<std::byte, wire::kMaxTerminatePayload> terminate_payload{};
+
+    // Zero copy (founding technique 3): batches waiting for the kernel's
+    // notification that it no longer references their memory; the work
+    // requests they finish complete only then.
+    std::mutex zc_mutex;  // protects the members below
+    ZeroCopy zc_mode = ZeroCopy::kNever;
+    std::atomic<bool> zc_enabled{false};
+    size_t zc_min_bytes = 0;  // smallest batch payload sent with zero copy
+    uint32_t zc_next = 0;     // number of the next MSG_ZEROCOPY sendmsg
+    uint32_t zc_done = 0;     // every call numbered below this is released
+    std::deque<std::unique_ptr<TxBatch>> zc_waiting;
+    std::vector<std::unique_ptr<TxBatch>> batch_pool;
+    std::vector<uint32_t> zc_released;  // numbers released out of order
 
     // Work in flight, in posting order, and the read queues.
     std::mutex completion_mutex;  // protects everything below

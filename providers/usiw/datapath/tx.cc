@@ -36,7 +36,7 @@ size_t max_payload(const Stream* s, size_t header_size) {
 
 // Appends one FPDU to the batch. `payload` supplies `size` bytes.
 bool add_fpdu(Stream* s, const wire::SegmentHeader& h, wire::PayloadCursor& payload, size_t size) {
-    TxBatch& b = s->batch;
+    TxBatch& b = *s->batch;
     if (b.fpdus == TxBatch::kMaxFpdus)
         return false;
     const size_t room = TxBatch::kMaxIov - b.iov_count;
@@ -47,13 +47,15 @@ bool add_fpdu(Stream* s, const wire::SegmentHeader& h, wire::PayloadCursor& payl
         return false;
     b.iov_count += n;
     b.bytes += framer.wire_size();
+    b.payload_bytes += size;
     ++b.fpdus;
     return true;
 }
 
 bool batch_has_room(const Stream* s) {
-    return s->batch.fpdus < TxBatch::kMaxFpdus &&
-           s->batch.iov_count + kMaxSendSge + 2 <= TxBatch::kMaxIov && s->batch.bytes < kBatchBytes;
+    return s->batch->fpdus < TxBatch::kMaxFpdus &&
+           s->batch->iov_count + kMaxSendSge + 2 <= TxBatch::kMaxIov &&
+           s->batch->bytes < kBatchBytes;
 }
 
 // One segment of the inbound read at the front of the IRQ.
@@ -181,6 +183,7 @@ Start start_next_wqe(Stream* s, bool direct) {
     m.inflight_seq = seq;
     m.size = message_size(w);
     if (w.send_flags & IBV_SEND_INLINE) {
+        s->batch->has_inline = true;
         std::memcpy(m.inline_copy.data(), w.inline_data, w.inline_length);
         m.source[0] = {m.inline_copy.data(), w.inline_length};
         m.source_count = 1;
@@ -227,7 +230,7 @@ bool add_message_segment(Stream* s) {
         return false;
     m.sent += size;
     if (h.last) {
-        s->batch.completes.push_back(m.inflight_seq);
+        s->batch->completes.push_back(m.inflight_seq);
         m.active = false;
     }
     return true;
@@ -289,7 +292,7 @@ void fill_batch(Stream* s, bool direct) {
 
 // Writes what is left of the batch. True when all of it is on the socket.
 bool write_batch(Stream* s) {
-    TxBatch& b = s->batch;
+    TxBatch& b = *s->batch;
     while (!b.sent()) {
         iovec* first = &b.iov[b.iov_sent];
         const iovec saved = *first;
@@ -298,17 +301,27 @@ bool write_batch(Stream* s) {
         msghdr msg{};
         msg.msg_iov = first;
         msg.msg_iovlen = std::min<size_t>(b.iov_count - b.iov_sent, IOV_MAX);
-        const ssize_t n = sendmsg(s->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+        const int flags = MSG_DONTWAIT | MSG_NOSIGNAL | (b.zerocopy ? MSG_ZEROCOPY : 0);
+        const ssize_t n = sendmsg(s->fd, &msg, flags);
         *first = saved;
         if (n < 0) {
             if (errno == EINTR)
                 continue;
+            if (errno == ENOBUFS && b.zerocopy) {  // out of pinnable memory: copy instead
+                b.zerocopy = false;
+                continue;
+            }
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
                 engine_want_writable(s, true);
                 return false;
             }
             stream_fail(s, StreamEnd::kPeerReset, errno);
             return false;
+        }
+        if (b.zerocopy) {
+            std::lock_guard lock(s->zc_mutex);
+            b.zc_used = true;
+            b.zc_last = s->zc_next++;
         }
         count(s->context->device->stats->tx_bytes, static_cast<uint64_t>(n));
         size_t left = static_cast<size_t>(n);
@@ -333,8 +346,45 @@ bool write_batch(Stream* s) {
     return true;
 }
 
+// A fully written batch: its work requests complete now, or, when the
+// kernel may still reference memory they name (this batch went out with
+// zero copy, or an earlier one that carried part of the same messages
+// still waits), once the kernel says it does not (stream_reap_zerocopy).
+// The batch waits with them; the transmitter continues with a fresh one.
+void finish_batch(Stream* s) {
+    TxBatch& b = *s->batch;
+    std::unique_lock lock(s->zc_mutex);
+    if (!b.zc_used && s->zc_waiting.empty()) {
+        lock.unlock();
+        inflight_complete(s, b.completes);
+        b.clear();
+        return;
+    }
+    if (!b.zc_used)
+        b.zc_last = s->zc_next - 1;  // waits for every earlier zero-copy call
+    DeviceStats& stats = *s->context->device->stats;
+    if (b.zc_used)
+        count(stats.zcopy_bytes, b.payload_bytes);
+    count(stats.deferred_completions, b.completes.size());
+    std::unique_ptr<TxBatch> next;
+    if (!s->batch_pool.empty()) {
+        next = std::move(s->batch_pool.back());
+        s->batch_pool.pop_back();
+    } else {
+        next = std::make_unique<TxBatch>();
+    }
+    s->zc_waiting.push_back(std::move(s->batch));
+    s->batch = std::move(next);
+}
+
+// Decides whether the batch just filled goes out with zero copy.
+void choose_zerocopy(Stream* s) {
+    TxBatch& b = *s->batch;
+    b.zerocopy = s->zc_enabled.load() && !b.has_inline && b.payload_bytes >= s->zc_min_bytes;
+}
+
 bool send_terminate(Stream* s) {
-    TxBatch& b = s->batch;
+    TxBatch& b = *s->batch;
     if (b.empty()) {
         std::lock_guard lock(s->terminate_mutex);
         b.iov[0] = {s->terminate_fpdu.data(), s->terminate_fpdu.size()};
@@ -358,7 +408,15 @@ bool terminate_queued(Stream* s) {
 bool tx_drained(Stream* s) {
     std::lock_guard lock(s->qp->sq_mutex);
     std::lock_guard clock(s->completion_mutex);
-    return s->batch.empty() && !s->message.active && s->qp->sq.empty() && s->irq.empty();
+    return s->batch->empty() && !s->message.active && s->qp->sq.empty() && s->irq.empty();
+}
+
+// Too many batches wait for zero-copy notifications: memory stays pinned
+// and completions late, so transmission pauses until the kernel catches up.
+bool zc_backlog_full(Stream* s) {
+    constexpr size_t kMaxWaitingBatches = 64;
+    std::lock_guard lock(s->zc_mutex);
+    return s->zc_waiting.size() >= kMaxWaitingBatches;
 }
 
 // Transmits until there is nothing to send or the socket is full.
@@ -367,24 +425,26 @@ void transmit_locked(Stream* s, bool direct) {
         if (terminate_queued(s)) {
             // The FPDU in progress is finished first (a batch that began to
             // go out goes out whole); then the TERMINATE is the last thing.
-            if (!s->batch.empty() && s->batch.iov_sent == 0 && s->batch.offset == 0)
-                s->batch.clear();
-            if (!s->batch.empty() && !write_batch(s))
+            if (!s->batch->empty() && s->batch->iov_sent == 0 && s->batch->offset == 0)
+                s->batch->clear();
+            if (!s->batch->empty() && !write_batch(s))
                 return;
-            s->batch.clear();
+            s->batch->clear();
             send_terminate(s);
             return;
         }
-        if (!s->batch.empty()) {
+        if (!s->batch->empty()) {
             if (!write_batch(s))
                 return;
-            inflight_complete(s, s->batch.completes);
-            s->batch.clear();
+            finish_batch(s);
         }
         if (s->ended.load())
             return;
+        if (zc_backlog_full(s))
+            return;  // resumed when notifications free batches
         fill_batch(s, direct);
-        if (s->batch.empty()) {
+        choose_zerocopy(s);
+        if (s->batch->empty()) {
             if (s->fin_after_drain.load() && tx_drained(s)) {
                 shutdown(s->fd, SHUT_WR);
                 stream_fail(s, StreamEnd::kLocalDisconnect, 0);
