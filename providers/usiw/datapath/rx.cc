@@ -235,6 +235,10 @@ class Receiver {
         wc.wc_flags = flags;
         if (flags & IBV_WC_WITH_INV)
             wc.invalidated_rkey = inval;
+        // The stream's end may have flushed the receive already.
+        std::lock_guard lock(s_->completion_mutex);
+        if (!s_->rx_have_wqe)
+            return;
         s_->rx_have_wqe = false;
         cq_push(qp_->recv_cq, wc, solicited);
     }
@@ -255,9 +259,14 @@ class Receiver {
         if (!s_->rx_have_wqe) {
             if (h.mo != 0)
                 return fault(term::kUntaggedInvalidMo, "Send continues no message");
-            if (!take_recv_wqe(&s_->rx_wqe))
+            RecvWqe wqe;
+            if (!take_recv_wqe(&wqe))
                 return fault(term::kUntaggedNoBuffer, "Send arrived with no receive posted");
-            s_->rx_have_wqe = true;
+            {
+                std::lock_guard lock(s_->completion_mutex);
+                s_->rx_wqe = wqe;
+                s_->rx_have_wqe = true;
+            }
             s_->rx_capacity = 0;
             for (uint32_t i = 0; i < s_->rx_wqe.num_sge; ++i) {
                 const ibv_sge& sge = s_->rx_wqe.sge[i];
@@ -408,11 +417,19 @@ class Receiver {
         const bool remote_access =
             (c.layer == wire::TermLayer::kRdmap && c.etype == term::kRdmapRemoteProtection) ||
             (c.layer == wire::TermLayer::kDdp && c.etype == term::kDdpTaggedBuffer);
+        // The READ at fault is the one whose Read Request the TERMINATE
+        // copies back (R flag); without it, the oldest outstanding one.
         uint64_t failed_read = UINT64_MAX;
         {
             std::lock_guard lock(s_->completion_mutex);
-            if (!s_->orq.empty())
-                failed_read = s_->orq.front().inflight_seq;
+            for (const OutboundRead& r : s_->orq) {
+                if (decoded && what.has_read_request &&
+                    (r.sink_stag != what.read_request.sink_stag ||
+                     r.sink_to != what.read_request.sink_to))
+                    continue;
+                failed_read = r.inflight_seq;
+                break;
+            }
         }
         if (failed_read != UINT64_MAX)
             inflight_mark_failed(s_, failed_read,

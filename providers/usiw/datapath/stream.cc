@@ -52,26 +52,46 @@ void deliver_in_order(Stream* s) {
 // Everything still in flight completes: finished work normally, the rest
 // flushed. Outstanding reads and their mappings go. Called with
 // completion_mutex held.
-void flush_inflight(Stream* s) {
+void flush_inflight(Stream* s, bool keep_inbound_reads) {
+    // Verbs order: once a work request is flushed, every later one is too,
+    // even one that had already gone out but waited behind it.
+    bool flushing = false;
     for (InflightWqe& w : s->inflight) {
-        if (!w.done) {
+        flushing = flushing || !w.done;
+        if (flushing) {
             w.done = true;
-            w.status = IBV_WC_WR_FLUSH_ERR;
+            if (w.status == IBV_WC_SUCCESS)
+                w.status = IBV_WC_WR_FLUSH_ERR;
         }
     }
     deliver_in_order(s);
+    // A receive already bound to a Send that will never finish comes first
+    // among the flushed receives.
+    if (s->rx_have_wqe) {
+        s->rx_have_wqe = false;
+        ibv_wc wc{};
+        wc.wr_id = s->rx_wqe.wr_id;
+        wc.status = IBV_WC_WR_FLUSH_ERR;
+        wc.opcode = IBV_WC_RECV;
+        wc.qp_num = s->qp->vqp.qp.qp_num;
+        cq_push(s->qp->recv_cq, wc, false);
+    }
     for (const OutboundRead& r : s->orq)
         if (r.mapped)
             s->context->stags.remove(r.sink_stag);
     s->orq.clear();
-    s->irq.clear();
-    s->reads_unanswered = 0;
+    if (!keep_inbound_reads) {
+        s->irq.clear();
+        s->reads_unanswered = 0;
+    }
 }
 
 // Marks the stream ended and flushes what is in flight (completing it when
 // `deliver`; a QP being destroyed gets no completions). Returns false if it
 // had already ended. Called with the QP's state_mutex held.
-bool end_locked(Stream* s, int how, bool deliver = true) {
+// A TERMINATE we send keeps the Read Requests accepted before the fault:
+// their responses go out ahead of it (`keep_inbound_reads`).
+bool end_locked(Stream* s, int how, bool deliver = true, bool keep_inbound_reads = false) {
     if (s->ended.exchange(true))
         return false;
     shutdown(s->fd, how);
@@ -79,8 +99,9 @@ bool end_locked(Stream* s, int how, bool deliver = true) {
     if (!deliver) {
         s->inflight.clear();
         s->inflight_base = 0;
+        s->rx_have_wqe = false;
     }
-    flush_inflight(s);
+    flush_inflight(s, keep_inbound_reads);
     return true;
 }
 
@@ -140,7 +161,8 @@ void stream_fail(Stream* s, StreamEnd why, int error) {
     {
         std::lock_guard lock(qp->state_mutex);
         // After a TERMINATE the write side stays open until it has gone out.
-        ended_now = end_locked(s, why == StreamEnd::kTerminateSent ? SHUT_RD : SHUT_RDWR);
+        const bool terminating = why == StreamEnd::kTerminateSent;
+        ended_now = end_locked(s, terminating ? SHUT_RD : SHUT_RDWR, true, terminating);
         if (ended_now && qp->state != IBV_QPS_ERR)
             qp_enter_error(qp);
     }

@@ -159,8 +159,10 @@ struct Stream {
     uint32_t read_req_expected = 1;
     bool first_rx_seen = false;
     bool rtr_seen = false;
-    bool rx_swallow = false;   // the current Send is the peer's RTR
-    bool rx_have_wqe = false;  // a receive WQE is bound to the current Send message
+    bool rx_swallow = false;  // the current Send is the peer's RTR
+    // A receive WQE is bound to the current Send message. Set by the receive
+    // path, cleared by it or by a flush, under completion_mutex.
+    std::atomic<bool> rx_have_wqe{false};
     RecvWqe rx_wqe{};
     uint64_t rx_capacity = 0;
     // Where the current segment's payload goes, approved by the checks.

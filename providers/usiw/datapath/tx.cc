@@ -423,13 +423,18 @@ bool zc_backlog_full(Stream* s) {
 void transmit_locked(Stream* s, bool direct) {
     while (!s->dead.load() && !s->terminate_sent) {
         if (terminate_queued(s)) {
-            // The FPDU in progress is finished first (a batch that began to
-            // go out goes out whole); then the TERMINATE is the last thing.
-            if (!s->batch->empty() && s->batch->iov_sent == 0 && s->batch->offset == 0)
-                s->batch->clear();
+            // The batch in progress goes out whole, then the responses to
+            // Read Requests accepted before the fault; the TERMINATE last.
             if (!s->batch->empty() && !write_batch(s))
                 return;
             s->batch->clear();
+            while (add_read_response(s)) {
+                while (batch_has_room(s) && add_read_response(s)) {
+                }
+                if (!write_batch(s))
+                    return;
+                s->batch->clear();
+            }
             send_terminate(s);
             return;
         }

@@ -1,0 +1,2532 @@
+// The datapath end to end, through the public libibverbs API: QPs of a
+// preloaded usiw device connected over loopback TCP with
+// usiw_qp_attach_socket (no MPA exchange), exchanging SEND, RDMA WRITE and
+// RDMA READ traffic, plus a raw TCP peer that writes hand-built FPDUs (the
+// wire layer's framer) into a usiw QP and reads back what usiw answers.
+//
+// Every data test checks the bytes that arrived, byte for byte, and that the
+// bytes around the destination are untouched (guard patterns), and runs with
+// CRC off and on and with small (512) and large (65536) FPDU budgets.
+//
+// Each side of a connection opens its own device context (its own STag
+// table and async event queue), as two processes would.
+//
+// ctest runs this with LD_PRELOAD set to the provider and the link
+// configuration pointed at an empty directory (tests/unit/CMakeLists.txt).
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <infiniband/verbs.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cinttypes>
+#include <cstdarg>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "wire/fpdu.h"
+#include "wire/rdmap.h"
+
+// cmocka last: it defines macros (fail, skip) that clash with the standard
+// library's names.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+extern "C" {
+#include <cmocka.h>
+}
+
+// usiw's own C API (glue/socket_api.cc); there is no public header yet.
+extern "C" int usiw_qp_attach_socket(ibv_qp* qp, int fd, int initiator, int crc, unsigned max_fpdu);
+
+namespace {
+
+namespace wire = usiw::wire;
+namespace term = usiw::wire::term;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kTimeoutMs = 5000;  // for anything that must happen
+constexpr int kQuietMs = 50;      // for anything that must not happen
+constexpr uint8_t kGuard = 0xA5;
+constexpr int kAllAccess =
+    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+constexpr size_t kMiB = size_t{1} << 20;
+constexpr size_t kSizes[] = {0, 1, 7, 4095, 4096, 65537, kMiB};
+
+struct Config {
+    bool crc;
+    unsigned max_fpdu;
+};
+constexpr Config kConfigs[] = {{false, 512}, {true, 512}, {false, 65536}, {true, 65536}};
+
+// --- diagnostics ---
+
+char g_where[512] = "";
+
+void where(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+void where(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    std::vsnprintf(g_where, sizeof g_where, fmt, ap);
+    va_end(ap);
+}
+
+// A failed check names the step it was in (where()), the condition and a
+// sentence with the values that matter.
+#define EXPECT(cond, ...)                                                        \
+    do {                                                                         \
+        if (!(cond)) {                                                           \
+            print_error("[%s] %s:%d: %s: ", g_where, __FILE__, __LINE__, #cond); \
+            print_error(__VA_ARGS__);                                            \
+            print_error("\n");                                                   \
+            fail_msg("check failed");                                            \
+        }                                                                        \
+    } while (0)
+
+const char* config_name(const Config& c) {
+    static char buf[64];
+    std::snprintf(buf, sizeof buf, "crc=%d max_fpdu=%u", c.crc ? 1 : 0, c.max_fpdu);
+    return buf;
+}
+
+// --- everything a test creates, released by the teardown even after a
+// failed check ---
+
+struct Registry {
+    std::vector<ibv_qp*> qps;
+    std::vector<ibv_srq*> srqs;
+    std::vector<ibv_mr*> mrs;
+    std::vector<ibv_cq*> cqs;
+    std::vector<ibv_comp_channel*> channels;
+    std::vector<ibv_pd*> pds;
+    std::vector<ibv_context*> ctxs;
+    std::vector<int> fds;
+    std::deque<std::unique_ptr<uint8_t[]>> memory;
+
+    void clear() {
+        for (ibv_qp* q : qps)
+            ibv_destroy_qp(q);
+        for (ibv_srq* s : srqs)
+            ibv_destroy_srq(s);
+        for (ibv_mr* m : mrs)
+            ibv_dereg_mr(m);
+        for (ibv_cq* c : cqs)
+            ibv_destroy_cq(c);
+        for (ibv_comp_channel* c : channels)
+            ibv_destroy_comp_channel(c);
+        for (ibv_pd* p : pds)
+            ibv_dealloc_pd(p);
+        for (ibv_context* c : ctxs)
+            ibv_close_device(c);
+        for (int fd : fds)
+            close(fd);
+        qps.clear();
+        srqs.clear();
+        mrs.clear();
+        cqs.clear();
+        channels.clear();
+        pds.clear();
+        ctxs.clear();
+        fds.clear();
+        memory.clear();
+    }
+};
+Registry g;
+
+int teardown(void**) {
+    g.clear();
+    return 0;
+}
+
+// Removes a QP from the registry (the test destroys it itself).
+void forget_qp(ibv_qp* qp) {
+    g.qps.erase(std::remove(g.qps.begin(), g.qps.end(), qp), g.qps.end());
+}
+
+// --- device, PD, CQ, QP, memory ---
+
+struct Host {
+    ibv_context* ctx = nullptr;
+    ibv_pd* pd = nullptr;
+};
+
+Host new_host() {
+    int n = 0;
+    ibv_device** list = ibv_get_device_list(&n);
+    EXPECT(list != nullptr, "ibv_get_device_list: %s", std::strerror(errno));
+    ibv_device* dev = nullptr;
+    for (int i = 0; i < n; ++i)
+        if (std::strcmp(ibv_get_device_name(list[i]), "usiw0") == 0)
+            dev = list[i];
+    if (!dev)
+        ibv_free_device_list(list);
+    EXPECT(dev != nullptr, "no usiw0 device: is libusiw-rdmav34.so preloaded?");
+    Host h;
+    h.ctx = ibv_open_device(dev);
+    ibv_free_device_list(list);
+    EXPECT(h.ctx != nullptr, "ibv_open_device: %s", std::strerror(errno));
+    g.ctxs.push_back(h.ctx);
+    h.pd = ibv_alloc_pd(h.ctx);
+    EXPECT(h.pd != nullptr, "ibv_alloc_pd: %s", std::strerror(errno));
+    g.pds.push_back(h.pd);
+    return h;
+}
+
+ibv_cq* new_cq(const Host& h, int cqe, ibv_comp_channel* channel = nullptr) {
+    ibv_cq* cq = ibv_create_cq(h.ctx, cqe, nullptr, channel, 0);
+    EXPECT(cq != nullptr, "ibv_create_cq(%d): %s", cqe, std::strerror(errno));
+    g.cqs.push_back(cq);
+    return cq;
+}
+
+struct QpOpts {
+    uint32_t send_wr = 512;
+    uint32_t recv_wr = 512;
+    uint32_t inline_data = 256;
+    ibv_srq* srq = nullptr;
+    bool sig_all = false;
+    int access = kAllAccess;
+    bool set_access = true;  // ibv_modify_qp to INIT with `access` before attaching
+};
+
+ibv_qp* new_qp(const Host& h, ibv_cq* scq, ibv_cq* rcq, const QpOpts& o = QpOpts()) {
+    ibv_qp_init_attr a{};
+    a.send_cq = scq;
+    a.recv_cq = rcq;
+    a.srq = o.srq;
+    a.qp_type = IBV_QPT_RC;
+    a.sq_sig_all = o.sig_all ? 1 : 0;
+    a.cap.max_send_wr = o.send_wr;
+    a.cap.max_recv_wr = o.srq ? 0 : o.recv_wr;
+    a.cap.max_send_sge = 6;
+    a.cap.max_recv_sge = o.srq ? 0 : 6;
+    a.cap.max_inline_data = o.inline_data;
+    ibv_qp* qp = ibv_create_qp(h.pd, &a);
+    EXPECT(qp != nullptr, "ibv_create_qp: %s", std::strerror(errno));
+    g.qps.push_back(qp);
+    if (o.set_access) {
+        ibv_qp_attr m{};
+        m.qp_state = IBV_QPS_INIT;
+        m.qp_access_flags = static_cast<unsigned>(o.access);
+        const int err = ibv_modify_qp(qp, &m, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS);
+        EXPECT(err == 0, "ibv_modify_qp(INIT, access 0x%x): %s", o.access, std::strerror(err));
+    }
+    return qp;
+}
+
+struct Buf {
+    uint8_t* p = nullptr;
+    size_t n = 0;
+    ibv_mr* mr = nullptr;
+
+    uint64_t addr(size_t off = 0) const { return reinterpret_cast<uintptr_t>(p) + off; }
+    ibv_sge sge(size_t off, size_t len) const {
+        return ibv_sge{addr(off), static_cast<uint32_t>(len), mr ? mr->lkey : 0u};
+    }
+    uint32_t rkey() const { return mr->rkey; }
+};
+
+Buf new_buf(const Host& h, size_t n, int access = kAllAccess, uint8_t fill = kGuard) {
+    g.memory.emplace_back(new uint8_t[n]);
+    Buf b;
+    b.p = g.memory.back().get();
+    b.n = n;
+    std::memset(b.p, fill, n);
+    b.mr = ibv_reg_mr(h.pd, b.p, n, access);
+    EXPECT(b.mr != nullptr, "ibv_reg_mr(%zu bytes, access 0x%x): %s", n, access,
+           std::strerror(errno));
+    g.mrs.push_back(b.mr);
+    return b;
+}
+
+// --- byte patterns and comparison ---
+
+void pattern(uint8_t* p, size_t n, uint32_t seed) {
+    uint32_t x = seed * 2654435761u ^ 0x6d2b79f5u;
+    if (x == 0)
+        x = 1;
+    for (size_t i = 0; i < n; ++i) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        p[i] = static_cast<uint8_t>(x >> 24);
+    }
+}
+
+void expect_bytes(const uint8_t* got, const uint8_t* want, size_t n, const char* what) {
+    const auto m = std::mismatch(got, got + n, want);
+    if (m.first == got + n)
+        return;
+    const size_t at = static_cast<size_t>(m.first - got);
+    size_t bad = 0;
+    for (size_t i = at; i < n; ++i)
+        bad += got[i] != want[i];
+    EXPECT(false, "%s: byte %zu of %zu is 0x%02x, expected 0x%02x (%zu bytes differ)", what, at, n,
+           got[at], want[at], bad);
+}
+
+// A region of a buffer: offset and length.
+struct Seg {
+    size_t off;
+    size_t len;
+};
+
+size_t total(const std::vector<Seg>& segs) {
+    size_t t = 0;
+    for (const Seg& s : segs)
+        t += s.len;
+    return t;
+}
+
+std::vector<uint8_t> gather(const uint8_t* base, const std::vector<Seg>& segs) {
+    std::vector<uint8_t> out;
+    for (const Seg& s : segs)
+        out.insert(out.end(), base + s.off, base + s.off + s.len);
+    return out;
+}
+
+// Writes `data` across `segs` of `image` in order, as a scatter list does.
+void scatter_into(std::vector<uint8_t>& image, const std::vector<Seg>& segs,
+                  const std::vector<uint8_t>& data) {
+    size_t at = 0;
+    for (const Seg& s : segs) {
+        if (at >= data.size())
+            break;
+        const size_t n = std::min(s.len, data.size() - at);
+        std::memcpy(image.data() + s.off, data.data() + at, n);
+        at += n;
+    }
+}
+
+std::vector<ibv_sge> sges_of(const Buf& b, const std::vector<Seg>& segs) {
+    std::vector<ibv_sge> out;
+    for (const Seg& s : segs)
+        out.push_back(b.sge(s.off, s.len));
+    return out;
+}
+
+// --- posting ---
+
+struct Wr {
+    uint64_t id = 0;
+    ibv_wr_opcode op = IBV_WR_SEND;
+    std::vector<ibv_sge> sges;
+    unsigned flags = IBV_SEND_SIGNALED;
+    uint64_t raddr = 0;
+    uint32_t rkey = 0;
+    uint32_t inv = 0;
+};
+
+Wr send_wr(uint64_t id, std::vector<ibv_sge> sges, unsigned flags = IBV_SEND_SIGNALED) {
+    Wr w;
+    w.id = id;
+    w.op = IBV_WR_SEND;
+    w.sges = std::move(sges);
+    w.flags = flags;
+    return w;
+}
+
+Wr rdma_wr(ibv_wr_opcode op, uint64_t id, std::vector<ibv_sge> sges, uint64_t raddr, uint32_t rkey,
+           unsigned flags = IBV_SEND_SIGNALED) {
+    Wr w;
+    w.id = id;
+    w.op = op;
+    w.sges = std::move(sges);
+    w.raddr = raddr;
+    w.rkey = rkey;
+    w.flags = flags;
+    return w;
+}
+
+// Posts a chain of work requests; returns ibv_post_send's result and the
+// index of the bad one in *bad_index.
+int post_chain(ibv_qp* qp, std::vector<Wr>& wrs, size_t* bad_index = nullptr) {
+    std::vector<ibv_send_wr> v(wrs.size());
+    for (size_t i = 0; i < wrs.size(); ++i) {
+        ibv_send_wr& s = v[i];
+        s = ibv_send_wr{};
+        s.wr_id = wrs[i].id;
+        s.sg_list = wrs[i].sges.empty() ? nullptr : wrs[i].sges.data();
+        s.num_sge = static_cast<int>(wrs[i].sges.size());
+        s.opcode = wrs[i].op;
+        s.send_flags = wrs[i].flags;
+        s.wr.rdma.remote_addr = wrs[i].raddr;
+        s.wr.rdma.rkey = wrs[i].rkey;
+        if (wrs[i].op == IBV_WR_SEND_WITH_INV)
+            s.invalidate_rkey = wrs[i].inv;
+        s.next = i + 1 < wrs.size() ? &v[i + 1] : nullptr;
+    }
+    ibv_send_wr* bad = nullptr;
+    const int err = ibv_post_send(qp, v.data(), &bad);
+    if (bad_index)
+        *bad_index = bad ? static_cast<size_t>(bad - v.data()) : wrs.size();
+    return err;
+}
+
+void post(ibv_qp* qp, Wr w) {
+    std::vector<Wr> one{std::move(w)};
+    const int err = post_chain(qp, one);
+    EXPECT(err == 0, "ibv_post_send(wr_id %" PRIu64 ", opcode %d): %s", one[0].id, one[0].op,
+           std::strerror(err));
+}
+
+void post_recv(ibv_qp* qp, uint64_t id, std::vector<ibv_sge> sges) {
+    ibv_recv_wr r{};
+    r.wr_id = id;
+    r.sg_list = sges.empty() ? nullptr : sges.data();
+    r.num_sge = static_cast<int>(sges.size());
+    ibv_recv_wr* bad = nullptr;
+    const int err = ibv_post_recv(qp, &r, &bad);
+    EXPECT(err == 0, "ibv_post_recv(wr_id %" PRIu64 "): %s", id, std::strerror(err));
+}
+
+void post_srq_recv(ibv_srq* srq, uint64_t id, std::vector<ibv_sge> sges) {
+    ibv_recv_wr r{};
+    r.wr_id = id;
+    r.sg_list = sges.data();
+    r.num_sge = static_cast<int>(sges.size());
+    ibv_recv_wr* bad = nullptr;
+    const int err = ibv_post_srq_recv(srq, &r, &bad);
+    EXPECT(err == 0, "ibv_post_srq_recv(wr_id %" PRIu64 "): %s", id, std::strerror(err));
+}
+
+// --- completions ---
+
+// Polls until `n` completions arrived or `timeout_ms` passed.
+std::vector<ibv_wc> poll_up_to(ibv_cq* cq, size_t n, int timeout_ms) {
+    std::vector<ibv_wc> out;
+    const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (out.size() < n) {
+        ibv_wc wc[32];
+        const int want = static_cast<int>(std::min<size_t>(32, n - out.size()));
+        const int k = ibv_poll_cq(cq, want, wc);
+        if (k < 0)
+            break;
+        out.insert(out.end(), wc, wc + k);
+        if (k == 0) {
+            if (Clock::now() >= deadline)
+                break;
+            usleep(20);
+        }
+    }
+    return out;
+}
+
+std::vector<ibv_wc> expect_wcs(ibv_cq* cq, size_t n, const char* what,
+                               int timeout_ms = kTimeoutMs) {
+    std::vector<ibv_wc> v = poll_up_to(cq, n, timeout_ms);
+    EXPECT(v.size() == n, "%s: %zu of %zu completions within %d ms", what, v.size(), n, timeout_ms);
+    return v;
+}
+
+ibv_wc expect_one(ibv_cq* cq, const char* what) {
+    return expect_wcs(cq, 1, what)[0];
+}
+
+void expect_cq_empty(ibv_cq* cq, int wait_ms, const char* what) {
+    std::vector<ibv_wc> v = poll_up_to(cq, 1, wait_ms);
+    EXPECT(v.empty(), "%s: unexpected completion wr_id %" PRIu64 " status %s opcode %d", what,
+           v[0].wr_id, ibv_wc_status_str(v[0].status), v[0].opcode);
+}
+
+void expect_wc(const ibv_wc& wc, uint64_t id, ibv_wc_status status, ibv_wc_opcode opcode,
+               const char* what) {
+    EXPECT(wc.wr_id == id && wc.status == status,
+           "%s: completion wr_id %" PRIu64 " status %s (vendor_err %u), expected wr_id %" PRIu64
+           " status %s",
+           what, wc.wr_id, ibv_wc_status_str(wc.status), wc.vendor_err, id,
+           ibv_wc_status_str(status));
+    if (status == IBV_WC_SUCCESS)
+        EXPECT(wc.opcode == opcode, "%s: wr_id %" PRIu64 " opcode %d, expected %d", what, id,
+               wc.opcode, opcode);
+}
+
+// --- QP state and async events ---
+
+ibv_qp_state qp_state(ibv_qp* qp) {
+    ibv_qp_attr a{};
+    ibv_qp_init_attr i{};
+    const int err = ibv_query_qp(qp, &a, IBV_QP_STATE, &i);
+    EXPECT(err == 0, "ibv_query_qp: %s", std::strerror(err));
+    return a.qp_state;
+}
+
+void expect_state(ibv_qp* qp, ibv_qp_state want, const char* what) {
+    const auto deadline = Clock::now() + std::chrono::milliseconds(kTimeoutMs);
+    ibv_qp_state s = qp_state(qp);
+    while (s != want && Clock::now() < deadline) {
+        usleep(100);
+        s = qp_state(qp);
+    }
+    EXPECT(s == want, "%s: QP %u state %d, expected %d", what, qp->qp_num, s, want);
+}
+
+bool readable(int fd, int timeout_ms) {
+    pollfd p{fd, POLLIN, 0};
+    return poll(&p, 1, timeout_ms) == 1 && (p.revents & POLLIN);
+}
+
+void expect_async(ibv_context* ctx, ibv_qp* qp, ibv_event_type type, const char* what) {
+    EXPECT(readable(ctx->async_fd, kTimeoutMs), "%s: no async event within %d ms (expected %s)",
+           what, kTimeoutMs, ibv_event_type_str(type));
+    ibv_async_event ev{};
+    EXPECT(ibv_get_async_event(ctx, &ev) == 0, "%s: ibv_get_async_event: %s", what,
+           std::strerror(errno));
+    const ibv_event_type got = ev.event_type;
+    const ibv_qp* got_qp = ev.element.qp;
+    ibv_ack_async_event(&ev);
+    EXPECT(got == type, "%s: async event %s, expected %s", what, ibv_event_type_str(got),
+           ibv_event_type_str(type));
+    EXPECT(got_qp == qp, "%s: async event %s names QP %p, expected %p", what,
+           ibv_event_type_str(got), static_cast<const void*>(got_qp), static_cast<const void*>(qp));
+}
+
+void expect_no_async(ibv_context* ctx, const char* what) {
+    if (!readable(ctx->async_fd, kQuietMs))
+        return;
+    ibv_async_event ev{};
+    if (ibv_get_async_event(ctx, &ev) != 0)
+        return;
+    const ibv_event_type got = ev.event_type;
+    ibv_ack_async_event(&ev);
+    EXPECT(false, "%s: unexpected async event %s", what, ibv_event_type_str(got));
+}
+
+// --- connections ---
+
+// A connected loopback TCP pair: fds[0] connected, fds[1] accepted. With
+// `small_buffers`, the connecting side's send buffer and the accepting
+// side's receive buffer are made as small as the kernel allows.
+void tcp_pair(int fds[2], bool small_buffers = false) {
+    const int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    EXPECT(l >= 0, "socket: %s", std::strerror(errno));
+    const int small = 4096;
+    if (small_buffers)
+        setsockopt(l, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    const bool ok = bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && listen(l, 1) == 0 &&
+                    getsockname(l, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+    if (!ok)
+        close(l);
+    EXPECT(ok, "listen on 127.0.0.1: %s", std::strerror(errno));
+    const int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (small_buffers)
+        setsockopt(c, SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+    const bool connected = c >= 0 && connect(c, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    const int s = connected ? accept4(l, nullptr, nullptr, SOCK_CLOEXEC) : -1;
+    close(l);
+    if (s < 0 && c >= 0)
+        close(c);
+    EXPECT(s >= 0, "loopback connect/accept: %s", std::strerror(errno));
+    fds[0] = c;
+    fds[1] = s;
+}
+
+void attach(ibv_qp* qp, int fd, bool initiator, const Config& c) {
+    const int err = usiw_qp_attach_socket(qp, fd, initiator ? 1 : 0, c.crc ? 1 : 0, c.max_fpdu);
+    EXPECT(err == 0, "usiw_qp_attach_socket(QP %u): %s", qp->qp_num, std::strerror(err));
+}
+
+void connect_qps(ibv_qp* a, ibv_qp* b, const Config& c) {
+    int fds[2];
+    tcp_pair(fds);
+    attach(a, fds[0], true, c);
+    attach(b, fds[1], false, c);
+}
+
+// Two QPs on two hosts (contexts), connected; A is the initiator. Each QP
+// has its own send and receive CQ.
+struct Pair {
+    Host ha, hb;
+    ibv_qp* a = nullptr;
+    ibv_qp* b = nullptr;
+    ibv_cq* as = nullptr;  // A's send CQ
+    ibv_cq* ar = nullptr;  // A's receive CQ
+    ibv_cq* bs = nullptr;
+    ibv_cq* br = nullptr;
+};
+
+Pair new_pair(const Config& c, const QpOpts& oa = QpOpts(), const QpOpts& ob = QpOpts(),
+              int cqe = 1024) {
+    Pair p;
+    p.ha = new_host();
+    p.hb = new_host();
+    p.as = new_cq(p.ha, cqe);
+    p.ar = new_cq(p.ha, cqe);
+    p.bs = new_cq(p.hb, cqe);
+    p.br = new_cq(p.hb, cqe);
+    p.a = new_qp(p.ha, p.as, p.ar, oa);
+    p.b = new_qp(p.hb, p.bs, p.br, ob);
+    connect_qps(p.a, p.b, c);
+    return p;
+}
+
+// ===========================================================================
+// SEND / RECV
+
+// One message of each size from an odd offset into a receive buffer 64
+// bytes longer than the message, inside a guarded MR.
+void test_send_sizes(void**) {
+    for (const Config& c : kConfigs) {
+        Pair p = new_pair(c);
+        Buf src = new_buf(p.ha, kMiB + 64);
+        pattern(src.p, src.n, 11);
+        Buf dst = new_buf(p.hb, kMiB + 256);
+        std::vector<uint8_t> image(dst.n);
+        uint64_t id = 0;
+        for (size_t size : kSizes) {
+            // Size 0 goes twice: one SGE of length 0, and no SGE at all.
+            for (int variant = 0; variant < (size == 0 ? 2 : 1); ++variant) {
+                ++id;
+                where("send_sizes %s size %zu%s", config_name(c), size, variant ? " (no SGE)" : "");
+                std::memset(dst.p, kGuard, dst.n);
+                const size_t soff = 5 + size % 3;
+                const size_t doff = 64;
+                post_recv(p.b, id, {dst.sge(doff, size + 64)});
+                std::vector<ibv_sge> s;
+                if (variant == 0)
+                    s.push_back(src.sge(soff, size));
+                post(p.a, send_wr(id, s));
+                expect_wc(expect_one(p.as, "sender"), id, IBV_WC_SUCCESS, IBV_WC_SEND, "sender");
+                const ibv_wc wc = expect_one(p.br, "receiver");
+                expect_wc(wc, id, IBV_WC_SUCCESS, IBV_WC_RECV, "receiver");
+                EXPECT(wc.byte_len == size, "byte_len %u", wc.byte_len);
+                EXPECT(wc.wc_flags == 0, "wc_flags 0x%x", wc.wc_flags);
+                EXPECT(wc.qp_num == p.b->qp_num, "qp_num %u, expected %u", wc.qp_num, p.b->qp_num);
+                std::memset(image.data(), kGuard, image.size());
+                std::memcpy(image.data() + doff, src.p + soff, size);
+                expect_bytes(dst.p, image.data(), dst.n, "receive MR");
+            }
+        }
+        where("send_sizes %s: no stray completions", config_name(c));
+        expect_cq_empty(p.bs, 0, "receiver's send CQ");
+        expect_cq_empty(p.ar, 0, "sender's receive CQ");
+        expect_cq_empty(p.br, kQuietMs, "receiver's receive CQ");
+        g.clear();
+    }
+}
+
+// Sends gathered from up to 6 uneven SGEs into receives scattered over up
+// to 6 uneven SGEs with gaps between them.
+void test_send_multi_sge(void**) {
+    const std::vector<std::vector<Seg>> sends = {
+        {{3, 1}, {100, 100}, {1000, 4097}, {9000, 3}, {10000, 65536}, {80000, 777}},
+        {{0, 2}, {50000, 1}},
+        {{7, 65537}, {70000, 5}, {100000, 4096}},
+        {{11, 1500}, {2000, 1500}, {4000, 1500}, {6000, 1500}, {8000, 1500}, {10000, 1500}},
+        {{200000, 12345}},
+    };
+    const std::vector<std::vector<Seg>> recvs = {
+        {{11, 5000}, {6000, 1}, {6100, 60000}, {70000, 2}, {70100, 9000}, {80000, 20000}},
+        {{1, 70000}, {100000, 30000}},
+        {{5, 9}, {20, 1}, {30, 100000}},
+        {{0, 131072}},
+    };
+    for (const Config& c : kConfigs) {
+        Pair p = new_pair(c);
+        Buf src = new_buf(p.ha, 256 * 1024);
+        pattern(src.p, src.n, 21);
+        Buf dst = new_buf(p.hb, 256 * 1024);
+        std::vector<uint8_t> image(dst.n);
+        uint64_t id = 0;
+        for (size_t si = 0; si < sends.size(); ++si) {
+            for (size_t ri = 0; ri < recvs.size(); ++ri) {
+                const size_t size = total(sends[si]);
+                if (size > total(recvs[ri]))
+                    continue;
+                ++id;
+                where("send_multi_sge %s: send layout %zu into receive layout %zu", config_name(c),
+                      si, ri);
+                std::memset(dst.p, kGuard, dst.n);
+                post_recv(p.b, id, sges_of(dst, recvs[ri]));
+                post(p.a, send_wr(id, sges_of(src, sends[si])));
+                expect_wc(expect_one(p.as, "sender"), id, IBV_WC_SUCCESS, IBV_WC_SEND, "sender");
+                const ibv_wc wc = expect_one(p.br, "receiver");
+                expect_wc(wc, id, IBV_WC_SUCCESS, IBV_WC_RECV, "receiver");
+                EXPECT(wc.byte_len == size, "byte_len %u, expected %zu", wc.byte_len, size);
+                std::memset(image.data(), kGuard, image.size());
+                scatter_into(image, recvs[ri], gather(src.p, sends[si]));
+                expect_bytes(dst.p, image.data(), dst.n, "receive MR");
+            }
+        }
+        g.clear();
+    }
+}
+
+// 100 sends posted back to back (50 one by one, 50 as one chain) complete in
+// order on both sides, each carrying its own bytes.
+void test_send_many_queued(void**) {
+    constexpr size_t kCount = 100;
+    constexpr size_t kSlot = 8192;
+    for (const Config& c : kConfigs) {
+        where("send_many_queued %s", config_name(c));
+        Pair p = new_pair(c);
+        Buf src = new_buf(p.ha, kCount * kSlot);
+        pattern(src.p, src.n, 31);
+        Buf dst = new_buf(p.hb, kCount * kSlot);
+        auto size_of = [](size_t i) { return (i * 997) % 8000 + (i % 2); };
+        for (size_t i = 0; i < kCount; ++i)
+            post_recv(p.b, 1000 + i, {dst.sge(i * kSlot, kSlot)});
+        for (size_t i = 0; i < kCount / 2; ++i)
+            post(p.a, send_wr(i, {src.sge(i * kSlot + i % 5, size_of(i))}));
+        std::vector<Wr> chain;
+        for (size_t i = kCount / 2; i < kCount; ++i)
+            chain.push_back(send_wr(i, {src.sge(i * kSlot + i % 5, size_of(i))}));
+        size_t bad = 0;
+        const int err = post_chain(p.a, chain, &bad);
+        EXPECT(err == 0, "ibv_post_send of a chain of 50: %s (bad index %zu)", std::strerror(err),
+               bad);
+        const std::vector<ibv_wc> sent = expect_wcs(p.as, kCount, "sender");
+        const std::vector<ibv_wc> got = expect_wcs(p.br, kCount, "receiver");
+        std::vector<uint8_t> image(dst.n, kGuard);
+        for (size_t i = 0; i < kCount; ++i) {
+            where("send_many_queued %s: message %zu", config_name(c), i);
+            expect_wc(sent[i], i, IBV_WC_SUCCESS, IBV_WC_SEND, "sender (in posting order)");
+            expect_wc(got[i], 1000 + i, IBV_WC_SUCCESS, IBV_WC_RECV, "receiver (in order)");
+            EXPECT(got[i].byte_len == size_of(i), "byte_len %u, expected %zu", got[i].byte_len,
+                   size_of(i));
+            std::memcpy(image.data() + i * kSlot, src.p + i * kSlot + i % 5, size_of(i));
+        }
+        where("send_many_queued %s", config_name(c));
+        expect_bytes(dst.p, image.data(), dst.n, "receive MR");
+        expect_cq_empty(p.br, kQuietMs, "receiver");
+        g.clear();
+    }
+}
+
+// IBV_SEND_INLINE: the data is taken at post time from unregistered memory;
+// changing it right after the post changes nothing that arrives. Past
+// max_inline_data the post is refused.
+void test_send_inline(void**) {
+    for (const Config& c : kConfigs) {
+        where("send_inline %s", config_name(c));
+        Pair p = new_pair(c);
+        ibv_qp_attr attr{};
+        ibv_qp_init_attr init{};
+        EXPECT(ibv_query_qp(p.a, &attr, IBV_QP_CAP, &init) == 0, "ibv_query_qp");
+        const size_t max_inline = init.cap.max_inline_data;
+        EXPECT(max_inline >= 64 && max_inline <= 4096, "max_inline_data %zu", max_inline);
+        Buf dst = new_buf(p.hb, 64 * 1024);
+        std::vector<uint8_t> image(dst.n, kGuard);
+        std::vector<uint8_t> stack(max_inline + 1);  // never registered
+        uint64_t id = 0;
+        const size_t sizes[] = {0, 1, 17, 64, max_inline - 1, max_inline};
+        for (size_t size : sizes) {
+            ++id;
+            where("send_inline %s size %zu", config_name(c), size);
+            pattern(stack.data(), stack.size(), static_cast<uint32_t>(100 + id));
+            const size_t doff = id * 1024;
+            std::memcpy(image.data() + doff, stack.data(), size);
+            post_recv(p.b, id, {dst.sge(doff, 1000)});
+            std::vector<ibv_sge> s;
+            if (size > 0)
+                s.push_back(ibv_sge{reinterpret_cast<uintptr_t>(stack.data()),
+                                    static_cast<uint32_t>(size), 0});
+            post(p.a, send_wr(id, s, IBV_SEND_SIGNALED | IBV_SEND_INLINE));
+            std::memset(stack.data(), 0xEE, stack.size());
+            expect_wc(expect_one(p.as, "sender"), id, IBV_WC_SUCCESS, IBV_WC_SEND, "sender");
+            const ibv_wc wc = expect_one(p.br, "receiver");
+            expect_wc(wc, id, IBV_WC_SUCCESS, IBV_WC_RECV, "receiver");
+            EXPECT(wc.byte_len == size, "byte_len %u", wc.byte_len);
+        }
+        // A burst through one buffer, overwritten after every post; and a
+        // gather of three unregistered pieces.
+        where("send_inline %s: burst", config_name(c));
+        for (int k = 0; k < 10; ++k) {
+            ++id;
+            const size_t size = 10 + static_cast<size_t>(k) * 20;
+            pattern(stack.data(), size, static_cast<uint32_t>(200 + id));
+            const size_t doff = id * 1024;
+            std::memcpy(image.data() + doff, stack.data(), size);
+            post_recv(p.b, id, {dst.sge(doff, 1000)});
+            post(p.a, send_wr(id,
+                              {ibv_sge{reinterpret_cast<uintptr_t>(stack.data()),
+                                       static_cast<uint32_t>(size), 0}},
+                              IBV_SEND_SIGNALED | IBV_SEND_INLINE));
+            std::memset(stack.data(), static_cast<int>(0x10 + k), stack.size());
+        }
+        {
+            ++id;
+            uint8_t x[10], y[20], z[30];
+            pattern(x, sizeof x, 1);
+            pattern(y, sizeof y, 2);
+            pattern(z, sizeof z, 3);
+            const size_t doff = id * 1024;
+            std::memcpy(image.data() + doff, x, sizeof x);
+            std::memcpy(image.data() + doff + 10, y, sizeof y);
+            std::memcpy(image.data() + doff + 30, z, sizeof z);
+            post_recv(p.b, id, {dst.sge(doff, 1000)});
+            post(p.a, send_wr(id,
+                              {ibv_sge{reinterpret_cast<uintptr_t>(x), 10, 0},
+                               ibv_sge{reinterpret_cast<uintptr_t>(y), 20, 0},
+                               ibv_sge{reinterpret_cast<uintptr_t>(z), 30, 0}},
+                              IBV_SEND_SIGNALED | IBV_SEND_INLINE));
+            std::memset(x, 0, sizeof x);
+            std::memset(y, 0, sizeof y);
+            std::memset(z, 0, sizeof z);
+        }
+        const uint64_t burst_first = id - 10;
+        const std::vector<ibv_wc> sent = expect_wcs(p.as, 11, "sender (burst)");
+        const std::vector<ibv_wc> got = expect_wcs(p.br, 11, "receiver (burst)");
+        for (size_t k = 0; k < 11; ++k) {
+            expect_wc(sent[k], burst_first + k, IBV_WC_SUCCESS, IBV_WC_SEND, "sender (burst)");
+            expect_wc(got[k], burst_first + k, IBV_WC_SUCCESS, IBV_WC_RECV, "receiver (burst)");
+            EXPECT(got[k].byte_len == (k < 10 ? 10 + k * 20 : 60), "byte_len %u", got[k].byte_len);
+        }
+        expect_bytes(dst.p, image.data(), dst.n, "receive MR");
+
+        where("send_inline %s: one byte past max_inline_data", config_name(c));
+        std::vector<Wr> big{send_wr(999,
+                                    {ibv_sge{reinterpret_cast<uintptr_t>(stack.data()),
+                                             static_cast<uint32_t>(max_inline + 1), 0}},
+                                    IBV_SEND_SIGNALED | IBV_SEND_INLINE)};
+        size_t bad = 99;
+        EXPECT(post_chain(p.a, big, &bad) != 0, "an inline send of %zu bytes was accepted",
+               max_inline + 1);
+        EXPECT(bad == 0, "bad_wr index %zu", bad);
+        expect_cq_empty(p.as, kQuietMs, "sender after the refused post");
+        g.clear();
+    }
+}
+
+// Only signaled sends complete on the sender, in order; every send arrives.
+// With sq_sig_all every send completes without the flag.
+void test_send_unsignaled(void**) {
+    for (const Config& c : kConfigs) {
+        where("send_unsignaled %s", config_name(c));
+        Pair p = new_pair(c);
+        Buf src = new_buf(p.ha, 64 * 1024);
+        pattern(src.p, src.n, 41);
+        Buf dst = new_buf(p.hb, 64 * 1024);
+        constexpr size_t kCount = 20;
+        for (size_t i = 0; i < kCount; ++i)
+            post_recv(p.b, i, {dst.sge(i * 2048, 2048)});
+        std::vector<uint64_t> signaled;
+        for (size_t i = 0; i < kCount; ++i) {
+            const bool sig = i % 3 == 0;
+            if (sig)
+                signaled.push_back(i);
+            post(p.a, send_wr(i, {src.sge(i * 2048, 1000 + i)}, sig ? IBV_SEND_SIGNALED : 0));
+        }
+        const std::vector<ibv_wc> sent = expect_wcs(p.as, signaled.size(), "sender");
+        for (size_t k = 0; k < signaled.size(); ++k)
+            expect_wc(sent[k], signaled[k], IBV_WC_SUCCESS, IBV_WC_SEND, "signaled sends only");
+        const std::vector<ibv_wc> got = expect_wcs(p.br, kCount, "receiver");
+        std::vector<uint8_t> image(dst.n, kGuard);
+        for (size_t i = 0; i < kCount; ++i) {
+            expect_wc(got[i], i, IBV_WC_SUCCESS, IBV_WC_RECV, "receiver");
+            EXPECT(got[i].byte_len == 1000 + i, "byte_len %u", got[i].byte_len);
+            std::memcpy(image.data() + i * 2048, src.p + i * 2048, 1000 + i);
+        }
+        expect_bytes(dst.p, image.data(), dst.n, "receive MR");
+        expect_cq_empty(p.as, kQuietMs, "sender: an unsignaled send completed");
+
+        where("send_unsignaled %s: sq_sig_all", config_name(c));
+        QpOpts all;
+        all.sig_all = true;
+        Pair q = new_pair(c, all);
+        Buf qdst = new_buf(q.hb, 4096);
+        for (uint64_t i = 0; i < 5; ++i)
+            post_recv(q.b, i, {qdst.sge(0, 4096)});
+        Buf qsrc = new_buf(q.ha, 4096);
+        for (uint64_t i = 0; i < 5; ++i)
+            post(q.a, send_wr(i, {qsrc.sge(0, 10)}, 0));
+        const std::vector<ibv_wc> all_wcs = expect_wcs(q.as, 5, "sq_sig_all sender");
+        for (uint64_t i = 0; i < 5; ++i)
+            expect_wc(all_wcs[i], i, IBV_WC_SUCCESS, IBV_WC_SEND, "sq_sig_all sender");
+        expect_wcs(q.br, 5, "sq_sig_all receiver");
+        g.clear();
+    }
+}
+
+// IBV_SEND_SOLICITED changes nothing in what arrives or how it completes,
+// and wakes a CQ armed for solicited completions only (an unsolicited one
+// does not).
+void test_send_solicited(void**) {
+    for (const Config& c : kConfigs) {
+        where("send_solicited %s", config_name(c));
+        Pair p = new_pair(c);
+        ibv_comp_channel* ch = ibv_create_comp_channel(p.hb.ctx);
+        EXPECT(ch != nullptr, "ibv_create_comp_channel: %s", std::strerror(errno));
+        g.channels.push_back(ch);
+        ibv_cq* rcq = new_cq(p.hb, 64, ch);
+        ibv_cq* scq = new_cq(p.hb, 64);
+        ibv_qp* b2 = new_qp(p.hb, scq, rcq);
+        ibv_qp* a2 = new_qp(p.ha, p.as, p.ar);
+        connect_qps(a2, b2, c);
+        Buf src = new_buf(p.ha, 8192);
+        pattern(src.p, src.n, 51);
+        Buf dst = new_buf(p.hb, 8192);
+        EXPECT(ibv_req_notify_cq(rcq, 1) == 0, "ibv_req_notify_cq(solicited only)");
+
+        post_recv(b2, 1, {dst.sge(0, 4096)});
+        post_recv(b2, 2, {dst.sge(4096, 4096)});
+        post(a2, send_wr(1, {src.sge(0, 333)}));
+        ibv_wc wc = expect_one(rcq, "unsolicited message");
+        expect_wc(wc, 1, IBV_WC_SUCCESS, IBV_WC_RECV, "unsolicited message");
+        EXPECT(!readable(ch->fd, kQuietMs),
+               "an unsolicited completion woke a CQ armed for solicited ones");
+
+        post(a2, send_wr(2, {src.sge(1000, 4096)}, IBV_SEND_SIGNALED | IBV_SEND_SOLICITED));
+        EXPECT(readable(ch->fd, kTimeoutMs), "no completion event for a solicited message");
+        ibv_cq* ev_cq = nullptr;
+        void* ev_ctx = nullptr;
+        EXPECT(ibv_get_cq_event(ch, &ev_cq, &ev_ctx) == 0, "ibv_get_cq_event");
+        ibv_ack_cq_events(ev_cq, 1);
+        EXPECT(ev_cq == rcq, "event for another CQ");
+        wc = expect_one(rcq, "solicited message");
+        expect_wc(wc, 2, IBV_WC_SUCCESS, IBV_WC_RECV, "solicited message");
+        EXPECT(wc.byte_len == 4096, "byte_len %u", wc.byte_len);
+        EXPECT(wc.wc_flags == 0, "wc_flags 0x%x", wc.wc_flags);
+        std::vector<uint8_t> image(dst.n, kGuard);
+        std::memcpy(image.data(), src.p, 333);
+        std::memcpy(image.data() + 4096, src.p + 1000, 4096);
+        expect_bytes(dst.p, image.data(), dst.n, "receive MR");
+        const std::vector<ibv_wc> sent = expect_wcs(p.as, 2, "sender");
+        expect_wc(sent[0], 1, IBV_WC_SUCCESS, IBV_WC_SEND, "sender");
+        expect_wc(sent[1], 2, IBV_WC_SUCCESS, IBV_WC_SEND, "sender");
+        g.clear();
+    }
+}
+
+// SEND_WITH_INV invalidates the receiver's MR: the receive completion says
+// so (IBV_WC_WITH_INV, invalidated_rkey), and a WRITE through that rkey is
+// then refused, leaving the memory as it was.
+void test_send_with_invalidate(void**) {
+    for (const Config& c : kConfigs) {
+        for (int solicited = 0; solicited < 2; ++solicited) {
+            where("send_with_invalidate %s%s", config_name(c), solicited ? " solicited" : "");
+            Pair p = new_pair(c);
+            Buf target = new_buf(p.hb, 8192);
+            pattern(target.p, target.n, 61);
+            Buf src = new_buf(p.ha, 8192);
+            pattern(src.p, src.n, 62);
+            Buf rbuf = new_buf(p.hb, 8192);
+            post_recv(p.b, 1, {rbuf.sge(16, 4096)});
+            std::vector<Wr> chain{
+                rdma_wr(IBV_WR_RDMA_WRITE, 10, {src.sge(0, 100)}, target.addr(100), target.rkey())};
+            Wr inv = send_wr(11, {src.sge(200, 100)},
+                             IBV_SEND_SIGNALED | (solicited ? IBV_SEND_SOLICITED : 0));
+            inv.op = IBV_WR_SEND_WITH_INV;
+            inv.inv = target.rkey();
+            chain.push_back(inv);
+            EXPECT(post_chain(p.a, chain) == 0, "ibv_post_send(WRITE, SEND_WITH_INV)");
+            const std::vector<ibv_wc> sent = expect_wcs(p.as, 2, "sender");
+            expect_wc(sent[0], 10, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, "write");
+            expect_wc(sent[1], 11, IBV_WC_SUCCESS, IBV_WC_SEND, "send with invalidate");
+            const ibv_wc wc = expect_one(p.br, "receiver");
+            expect_wc(wc, 1, IBV_WC_SUCCESS, IBV_WC_RECV, "receiver");
+            EXPECT(wc.byte_len == 100, "byte_len %u", wc.byte_len);
+            EXPECT(wc.wc_flags & IBV_WC_WITH_INV, "wc_flags 0x%x lack IBV_WC_WITH_INV",
+                   wc.wc_flags);
+            EXPECT(wc.invalidated_rkey == target.rkey(), "invalidated_rkey 0x%x, expected 0x%x",
+                   wc.invalidated_rkey, target.rkey());
+            std::vector<uint8_t> rimage(rbuf.n, kGuard);
+            std::memcpy(rimage.data() + 16, src.p + 200, 100);
+            expect_bytes(rbuf.p, rimage.data(), rbuf.n, "receive buffer");
+            // The WRITE before the invalidation landed; nothing may change now.
+            EXPECT(std::memcmp(target.p + 100, src.p, 100) == 0,
+                   "the WRITE before the invalidation did not land");
+            const std::vector<uint8_t> expected(target.p, target.p + target.n);
+
+            where("send_with_invalidate %s%s: WRITE to the invalidated rkey", config_name(c),
+                  solicited ? " solicited" : "");
+            post_recv(p.b, 2, {rbuf.sge(0, 4096)});
+            post(p.a,
+                 rdma_wr(IBV_WR_RDMA_WRITE, 12, {src.sge(0, 64)}, target.addr(0), target.rkey()));
+            expect_one(p.as, "sender of the refused write");
+            expect_state(p.b, IBV_QPS_ERR, "target");
+            expect_state(p.a, IBV_QPS_ERR, "initiator");
+            expect_async(p.hb.ctx, p.b, IBV_EVENT_QP_ACCESS_ERR, "target");
+            expect_async(p.ha.ctx, p.a, IBV_EVENT_QP_FATAL, "initiator");
+            expect_wc(expect_one(p.br, "target's posted receive"), 2, IBV_WC_WR_FLUSH_ERR,
+                      IBV_WC_RECV, "target's posted receive");
+            expect_bytes(target.p, expected.data(), target.n, "invalidated MR");
+            g.clear();
+        }
+    }
+}
+
+// ===========================================================================
+// RDMA WRITE
+
+// Writes of each size at an odd offset inside a larger MR; a SEND after
+// each tells the target the write is there (it gets no completion of its
+// own for the write).
+void test_write_sizes(void**) {
+    for (const Config& c : kConfigs) {
+        Pair p = new_pair(c);
+        Buf src = new_buf(p.ha, kMiB + 64);
+        pattern(src.p, src.n, 71);
+        Buf dst = new_buf(p.hb, kMiB + 16384);
+        Buf marker = new_buf(p.hb, 64);
+        std::vector<uint8_t> image(dst.n);
+        uint64_t id = 0;
+        for (size_t size : kSizes) {
+            for (int signaled = 0; signaled < 2; ++signaled) {
+                ++id;
+                where("write_sizes %s size %zu%s", config_name(c), size,
+                      signaled ? "" : " unsignaled");
+                std::memset(dst.p, kGuard, dst.n);
+                const size_t soff = 3 + size % 5;
+                const size_t doff = 4096 + 13;
+                post_recv(p.b, id, {marker.sge(0, 64)});
+                std::vector<Wr> chain{
+                    rdma_wr(IBV_WR_RDMA_WRITE, id, {src.sge(soff, size)}, dst.addr(doff),
+                            dst.rkey(), signaled ? IBV_SEND_SIGNALED : 0),
+                    send_wr(1000 + id, {src.sge(0, 4)})};
+                EXPECT(post_chain(p.a, chain) == 0, "ibv_post_send(WRITE, SEND)");
+                if (signaled)
+                    expect_wc(expect_one(p.as, "write"), id, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE,
+                              "write");
+                expect_wc(expect_one(p.as, "marker send"), 1000 + id, IBV_WC_SUCCESS, IBV_WC_SEND,
+                          "marker send");
+                expect_wc(expect_one(p.br, "marker receive"), id, IBV_WC_SUCCESS, IBV_WC_RECV,
+                          "marker receive (the only completion at the target)");
+                std::memset(image.data(), kGuard, image.size());
+                std::memcpy(image.data() + doff, src.p + soff, size);
+                expect_bytes(dst.p, image.data(), dst.n, "target MR");
+            }
+        }
+        where("write_sizes %s: the target has no completions of its own", config_name(c));
+        expect_cq_empty(p.bs, 0, "target's send CQ");
+        expect_cq_empty(p.br, kQuietMs, "target's receive CQ");
+        g.clear();
+    }
+}
+
+// ===========================================================================
+// RDMA READ
+
+// Reads of each size from an odd remote offset into a guarded local buffer;
+// size 0 both as one SGE of length 0 and as no SGE.
+void test_read_sizes(void**) {
+    for (const Config& c : kConfigs) {
+        Pair p = new_pair(c);
+        Buf src = new_buf(p.hb, kMiB + 16384);
+        pattern(src.p, src.n, 81);
+        std::vector<uint8_t> src_before(src.p, src.p + src.n);
+        Buf dst = new_buf(p.ha, kMiB + 256);
+        std::vector<uint8_t> image(dst.n);
+        uint64_t id = 0;
+        for (size_t size : kSizes) {
+            for (int variant = 0; variant < (size == 0 ? 2 : 1); ++variant) {
+                ++id;
+                where("read_sizes %s size %zu%s", config_name(c), size, variant ? " (no SGE)" : "");
+                std::memset(dst.p, kGuard, dst.n);
+                const size_t roff = 4096 + 7 + size % 3;
+                const size_t loff = 29;
+                std::vector<ibv_sge> s;
+                if (variant == 0)
+                    s.push_back(dst.sge(loff, size));
+                post(p.a, rdma_wr(IBV_WR_RDMA_READ, id, s, src.addr(roff), src.rkey()));
+                const ibv_wc wc = expect_one(p.as, "read");
+                expect_wc(wc, id, IBV_WC_SUCCESS, IBV_WC_RDMA_READ, "read");
+                EXPECT(wc.byte_len == size, "byte_len %u", wc.byte_len);
+                std::memset(image.data(), kGuard, image.size());
+                std::memcpy(image.data() + loff, src.p + roff, size);
+                expect_bytes(dst.p, image.data(), dst.n, "local MR");
+            }
+        }
+        where("read_sizes %s: the source is unchanged and saw no completions", config_name(c));
+        expect_bytes(src.p, src_before.data(), src.n, "source MR");
+        expect_cq_empty(p.bs, 0, "responder's send CQ");
+        expect_cq_empty(p.br, kQuietMs, "responder's receive CQ");
+        g.clear();
+    }
+}
+
+// A READ into 2..6 local SGEs of uneven sizes with gaps between them (usiw
+// maps them behind one read STag).
+void test_read_multi_sge(void**) {
+    const std::vector<std::vector<Seg>> layouts = {
+        {{1, 1}, {10, 4096}},
+        {{0, 100}, {200, 65537}, {70000, 3}},
+        {{5, 7}, {100, 1}, {200, 4095}, {5000, 9}},
+        {{0, 1000}, {2000, 1}, {3000, 30000}, {40000, 2}, {50000, 12345}},
+        {{3, 17}, {50, 4096}, {5000, 1}, {6000, 100000}, {110000, 2}, {120000, 65536}},
+        {{7, 1}, {9, 1}, {11, 1}, {13, 1}, {15, 1}, {17, 1}},
+    };
+    for (const Config& c : kConfigs) {
+        Pair p = new_pair(c);
+        Buf src = new_buf(p.hb, 256 * 1024);
+        pattern(src.p, src.n, 91);
+        Buf dst = new_buf(p.ha, 256 * 1024);
+        std::vector<uint8_t> image(dst.n);
+        for (size_t li = 0; li < layouts.size(); ++li) {
+            where("read_multi_sge %s layout %zu (%zu SGEs)", config_name(c), li,
+                  layouts[li].size());
+            std::memset(dst.p, kGuard, dst.n);
+            const size_t roff = 4099 + li;
+            const size_t size = total(layouts[li]);
+            post(p.a, rdma_wr(IBV_WR_RDMA_READ, li, sges_of(dst, layouts[li]), src.addr(roff),
+                              src.rkey()));
+            const ibv_wc wc = expect_one(p.as, "read");
+            expect_wc(wc, li, IBV_WC_SUCCESS, IBV_WC_RDMA_READ, "read");
+            EXPECT(wc.byte_len == size, "byte_len %u, expected %zu", wc.byte_len, size);
+            std::memset(image.data(), kGuard, image.size());
+            scatter_into(image, layouts[li],
+                         std::vector<uint8_t>(src.p + roff, src.p + roff + size));
+            expect_bytes(dst.p, image.data(), dst.n, "local MR");
+        }
+        g.clear();
+    }
+}
+
+// 200 READs in flight, more than the ORD of 128: all complete, in posting
+// order, each with its own bytes; every fifth one scatters over 3 SGEs.
+void test_read_many(void**) {
+    constexpr size_t kCount = 200;
+    constexpr size_t kSlot = 20480;
+    for (const Config& c : kConfigs) {
+        where("read_many %s", config_name(c));
+        Pair p = new_pair(c);
+        Buf src = new_buf(p.hb, kCount * kSlot + 16);
+        pattern(src.p, src.n, 101);
+        Buf dst = new_buf(p.ha, kCount * kSlot);
+        std::vector<uint8_t> image(dst.n, kGuard);
+        std::vector<Wr> wrs;
+        for (size_t i = 0; i < kCount; ++i) {
+            const size_t size = 1 + (i * 7919) % 20000;
+            const size_t roff = i * kSlot + i % 7;
+            const size_t loff = i * kSlot + i % 5;
+            std::vector<Seg> segs;
+            if (i % 5 == 0 && size >= 3) {
+                const size_t s1 = size / 3, s2 = size / 4, s3 = size - s1 - s2;
+                segs = {{loff, s1}, {loff + s1 + 3, s2}, {loff + s1 + s2 + 12, s3}};
+            } else {
+                segs = {{loff, size}};
+            }
+            scatter_into(image, segs, std::vector<uint8_t>(src.p + roff, src.p + roff + size));
+            wrs.push_back(
+                rdma_wr(IBV_WR_RDMA_READ, i, sges_of(dst, segs), src.addr(roff), src.rkey()));
+        }
+        // Half one by one, half as one chain.
+        for (size_t i = 0; i < kCount / 2; ++i)
+            post(p.a, wrs[i]);
+        std::vector<Wr> rest(wrs.begin() + kCount / 2, wrs.end());
+        EXPECT(post_chain(p.a, rest) == 0, "ibv_post_send of 100 READs");
+        const std::vector<ibv_wc> done = expect_wcs(p.as, kCount, "reads");
+        for (size_t i = 0; i < kCount; ++i)
+            expect_wc(done[i], i, IBV_WC_SUCCESS, IBV_WC_RDMA_READ, "reads in posting order");
+        expect_bytes(dst.p, image.data(), dst.n, "local MR");
+        g.clear();
+    }
+}
+
+// READ into a buffer, then a fenced SEND of that same buffer: the SEND may
+// start only once the READ has completed, so it carries the bytes the READ
+// brought (without the fence it could carry the old ones). Completions come
+// READ, then SEND.
+void test_read_fence_send(void**) {
+    for (const Config& c : kConfigs) {
+        for (size_t size : {size_t{4096}, kMiB}) {
+            where("read_fence_send %s size %zu", config_name(c), size);
+            Pair p = new_pair(c);
+            Buf remote = new_buf(p.hb, size + 64);
+            pattern(remote.p, remote.n, 111);
+            Buf local = new_buf(p.ha, size + 64);
+            pattern(local.p, local.n, 112);  // the stale bytes
+            Buf rbuf = new_buf(p.hb, size + 128);
+            post_recv(p.b, 7, {rbuf.sge(64, size)});
+            std::vector<Wr> chain{
+                rdma_wr(IBV_WR_RDMA_READ, 1, {local.sge(0, size)}, remote.addr(32), remote.rkey()),
+                send_wr(2, {local.sge(0, size)}, IBV_SEND_SIGNALED | IBV_SEND_FENCE)};
+            EXPECT(post_chain(p.a, chain) == 0, "ibv_post_send(READ, fenced SEND)");
+            const std::vector<ibv_wc> done = expect_wcs(p.as, 2, "initiator");
+            expect_wc(done[0], 1, IBV_WC_SUCCESS, IBV_WC_RDMA_READ, "first completion: READ");
+            expect_wc(done[1], 2, IBV_WC_SUCCESS, IBV_WC_SEND, "second completion: SEND");
+            const ibv_wc wc = expect_one(p.br, "receiver");
+            expect_wc(wc, 7, IBV_WC_SUCCESS, IBV_WC_RECV, "receiver");
+            EXPECT(wc.byte_len == size, "byte_len %u", wc.byte_len);
+            std::vector<uint8_t> image(rbuf.n, kGuard);
+            std::memcpy(image.data() + 64, remote.p + 32, size);
+            expect_bytes(rbuf.p, image.data(), rbuf.n,
+                         "fenced SEND's data (must be what the READ brought)");
+            g.clear();
+        }
+    }
+}
+
+// WRITE (unsignaled), READ (signaled), SEND (signaled): the initiator sees
+// READ then SEND, and all three moved the right bytes.
+void test_completion_order(void**) {
+    for (const Config& c : kConfigs) {
+        for (size_t size : {size_t{100}, kMiB}) {
+            where("completion_order %s size %zu", config_name(c), size);
+            Pair p = new_pair(c);
+            Buf src = new_buf(p.ha, 2 * size + 64);
+            pattern(src.p, src.n, 121);
+            Buf rdst = new_buf(p.ha, size + 64);
+            Buf wdst = new_buf(p.hb, size + 64);
+            Buf rsrc = new_buf(p.hb, size + 64);
+            pattern(rsrc.p, rsrc.n, 122);
+            Buf rbuf = new_buf(p.hb, size + 64);
+            post_recv(p.b, 9, {rbuf.sge(8, size)});
+            std::vector<Wr> chain{
+                rdma_wr(IBV_WR_RDMA_WRITE, 1, {src.sge(0, size)}, wdst.addr(16), wdst.rkey(), 0),
+                rdma_wr(IBV_WR_RDMA_READ, 2, {rdst.sge(4, size)}, rsrc.addr(3), rsrc.rkey()),
+                send_wr(3, {src.sge(size, size)})};
+            EXPECT(post_chain(p.a, chain) == 0, "ibv_post_send(WRITE, READ, SEND)");
+            const std::vector<ibv_wc> done = expect_wcs(p.as, 2, "initiator");
+            expect_wc(done[0], 2, IBV_WC_SUCCESS, IBV_WC_RDMA_READ, "first completion: READ");
+            expect_wc(done[1], 3, IBV_WC_SUCCESS, IBV_WC_SEND, "second completion: SEND");
+            expect_cq_empty(p.as, kQuietMs, "initiator (the WRITE is unsignaled)");
+            expect_wc(expect_one(p.br, "receiver"), 9, IBV_WC_SUCCESS, IBV_WC_RECV, "receiver");
+            std::vector<uint8_t> image(size + 64, kGuard);
+            std::memcpy(image.data() + 16, src.p, size);
+            expect_bytes(wdst.p, image.data(), wdst.n, "WRITE target");
+            std::memset(image.data(), kGuard, image.size());
+            std::memcpy(image.data() + 4, rsrc.p + 3, size);
+            expect_bytes(rdst.p, image.data(), rdst.n, "READ destination");
+            std::memset(image.data(), kGuard, image.size());
+            std::memcpy(image.data() + 8, src.p + size, size);
+            expect_bytes(rbuf.p, image.data(), rbuf.n, "SEND destination");
+            g.clear();
+        }
+    }
+}
+
+// ===========================================================================
+// SRQ
+
+// Two QPs on one SRQ: every message lands in a WQE of the SRQ, each WQE is
+// used once, each QP's messages arrive in order with their bytes.
+void test_srq(void**) {
+    constexpr size_t kPerQp = 20;
+    constexpr size_t kSlot = 4096;
+    for (const Config& c : kConfigs) {
+        where("srq %s", config_name(c));
+        Host ha = new_host();
+        Host hb = new_host();
+        ibv_srq_init_attr sa{};
+        sa.attr.max_wr = 128;
+        sa.attr.max_sge = 6;
+        ibv_srq* srq = ibv_create_srq(hb.pd, &sa);
+        EXPECT(srq != nullptr, "ibv_create_srq: %s", std::strerror(errno));
+        g.srqs.push_back(srq);
+        ibv_cq* brcq = new_cq(hb, 256);
+        ibv_cq* bscq = new_cq(hb, 256);
+        ibv_cq* ascq = new_cq(ha, 256);
+        ibv_cq* arcq = new_cq(ha, 256);
+        QpOpts on_srq;
+        on_srq.srq = srq;
+        ibv_qp* b[2] = {new_qp(hb, bscq, brcq, on_srq), new_qp(hb, bscq, brcq, on_srq)};
+        ibv_qp* a[2] = {new_qp(ha, ascq, arcq), new_qp(ha, ascq, arcq)};
+        connect_qps(a[0], b[0], c);
+        connect_qps(a[1], b[1], c);
+        Buf dst = new_buf(hb, 2 * kPerQp * kSlot);
+        Buf src = new_buf(ha, 2 * kPerQp * kSlot);
+        pattern(src.p, src.n, 131);
+        // Every other WQE scatters over two SGEs.
+        for (size_t k = 0; k < 2 * kPerQp; ++k) {
+            if (k % 2)
+                post_srq_recv(srq, 1000 + k,
+                              {dst.sge(k * kSlot, 100), dst.sge(k * kSlot + 200, kSlot - 200)});
+            else
+                post_srq_recv(srq, 1000 + k, {dst.sge(k * kSlot, kSlot)});
+        }
+        auto size_of = [](size_t j, size_t i) { return 100 + i * 37 + j * 11; };
+        auto src_off = [](size_t j, size_t i) { return (j * kPerQp + i) * kSlot; };
+        for (size_t i = 0; i < kPerQp; ++i)
+            for (size_t j = 0; j < 2; ++j)
+                post(a[j], send_wr(j * 100 + i, {src.sge(src_off(j, i), size_of(j, i))}));
+        expect_wcs(ascq, 2 * kPerQp, "senders");
+        const std::vector<ibv_wc> got = expect_wcs(brcq, 2 * kPerQp, "SRQ receivers");
+        std::vector<bool> used(2 * kPerQp, false);
+        size_t next[2] = {0, 0};
+        std::vector<uint8_t> image(dst.n, kGuard);
+        for (const ibv_wc& wc : got) {
+            EXPECT(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV,
+                   "receive wr_id %" PRIu64 " status %s", wc.wr_id, ibv_wc_status_str(wc.status));
+            const size_t j = wc.qp_num == b[0]->qp_num ? 0 : wc.qp_num == b[1]->qp_num ? 1 : 2;
+            EXPECT(j < 2, "completion for QP %u, not one of the SRQ's", wc.qp_num);
+            EXPECT(wc.wr_id >= 1000 && wc.wr_id < 1000 + 2 * kPerQp,
+                   "wr_id %" PRIu64 " is no WQE of the SRQ", wc.wr_id);
+            const size_t k = wc.wr_id - 1000;
+            EXPECT(!used[k], "SRQ WQE %" PRIu64 " completed twice", wc.wr_id);
+            used[k] = true;
+            const size_t i = next[j]++;
+            EXPECT(wc.byte_len == size_of(j, i),
+                   "QP %zu message %zu: byte_len %u, expected %zu (out of order?)", j, i,
+                   wc.byte_len, size_of(j, i));
+            const std::vector<Seg> segs =
+                k % 2 ? std::vector<Seg>{{k * kSlot, 100}, {k * kSlot + 200, kSlot - 200}}
+                      : std::vector<Seg>{{k * kSlot, kSlot}};
+            scatter_into(
+                image, segs,
+                std::vector<uint8_t>(src.p + src_off(j, i), src.p + src_off(j, i) + size_of(j, i)));
+        }
+        expect_bytes(dst.p, image.data(), dst.n, "SRQ buffers");
+        g.clear();
+    }
+}
+
+// ===========================================================================
+// Many QPs at once
+
+constexpr size_t kMqPairs = 64;
+constexpr size_t kMqThreads = 4;
+constexpr size_t kMqIters = 6;
+constexpr size_t kMqBuf = 16384;
+
+struct MqPair {
+    ibv_qp* a = nullptr;
+    ibv_qp* b = nullptr;
+    ibv_cq* as = nullptr;
+    ibv_cq* br = nullptr;
+    Buf asrc, adst, bsrc, bdst, bwdst;
+};
+
+// Runs in its own thread: no cmocka checks here, the first problem is
+// returned as a sentence.
+std::string mq_worker(std::vector<MqPair>& pairs, size_t first, size_t count) {
+    char msg[256];
+    std::vector<uint8_t> want(2 * kMqBuf);
+    for (size_t it = 0; it < kMqIters; ++it) {
+        for (size_t k = first; k < first + count; ++k) {
+            MqPair& m = pairs[k];
+            const uint32_t seed = static_cast<uint32_t>(k * 1000 + it);
+            const size_t ssize = 1 + (seed * 131) % kMqBuf;
+            const size_t wsize = 1 + (seed * 71) % kMqBuf;
+            const size_t rsize = 1 + (seed * 37) % kMqBuf;
+            pattern(m.asrc.p, m.asrc.n, seed);
+            pattern(m.bsrc.p, m.bsrc.n, seed + 7);
+            std::memset(m.bdst.p, kGuard, m.bdst.n);
+            std::memset(m.bwdst.p, kGuard, m.bwdst.n);
+            std::memset(m.adst.p, kGuard, m.adst.n);
+            ibv_sge rs = m.bdst.sge(0, kMqBuf);
+            ibv_recv_wr r{};
+            r.wr_id = it;
+            r.sg_list = &rs;
+            r.num_sge = 1;
+            ibv_recv_wr* rbad = nullptr;
+            if (ibv_post_recv(m.b, &r, &rbad) != 0)
+                return "ibv_post_recv failed";
+            std::vector<Wr> chain{rdma_wr(IBV_WR_RDMA_WRITE, 10 * it, {m.asrc.sge(kMqBuf, wsize)},
+                                          m.bwdst.addr(0), m.bwdst.rkey(), 0),
+                                  send_wr(10 * it + 1, {m.asrc.sge(0, ssize)}),
+                                  rdma_wr(IBV_WR_RDMA_READ, 10 * it + 2, {m.adst.sge(0, rsize)},
+                                          m.bsrc.addr(0), m.bsrc.rkey())};
+            if (post_chain(m.a, chain) != 0)
+                return "ibv_post_send failed";
+        }
+        for (size_t k = first; k < first + count; ++k) {
+            MqPair& m = pairs[k];
+            const uint32_t seed = static_cast<uint32_t>(k * 1000 + it);
+            const size_t ssize = 1 + (seed * 131) % kMqBuf;
+            const size_t wsize = 1 + (seed * 71) % kMqBuf;
+            const size_t rsize = 1 + (seed * 37) % kMqBuf;
+            const std::vector<ibv_wc> sent = poll_up_to(m.as, 2, kTimeoutMs);
+            const std::vector<ibv_wc> got = poll_up_to(m.br, 1, kTimeoutMs);
+            if (sent.size() != 2 || got.size() != 1) {
+                std::snprintf(msg, sizeof msg,
+                              "pair %zu iteration %zu: %zu of 2 initiator and %zu of 1 receive "
+                              "completions",
+                              k, it, sent.size(), got.size());
+                return msg;
+            }
+            if (sent[0].wr_id != 10 * it + 1 || sent[0].status != IBV_WC_SUCCESS ||
+                sent[1].wr_id != 10 * it + 2 || sent[1].status != IBV_WC_SUCCESS ||
+                got[0].wr_id != it || got[0].status != IBV_WC_SUCCESS || got[0].byte_len != ssize) {
+                std::snprintf(msg, sizeof msg,
+                              "pair %zu iteration %zu: completions %" PRIu64 "/%s, %" PRIu64
+                              "/%s, receive %" PRIu64 "/%s/%u",
+                              k, it, sent[0].wr_id, ibv_wc_status_str(sent[0].status),
+                              sent[1].wr_id, ibv_wc_status_str(sent[1].status), got[0].wr_id,
+                              ibv_wc_status_str(got[0].status), got[0].byte_len);
+                return msg;
+            }
+            auto check = [&](const Buf& b, const uint8_t* data, size_t n, const char* what) {
+                std::memset(want.data(), kGuard, b.n);
+                std::memcpy(want.data(), data, n);
+                if (std::memcmp(b.p, want.data(), b.n) == 0)
+                    return true;
+                std::snprintf(msg, sizeof msg, "pair %zu iteration %zu: %s bytes differ", k, it,
+                              what);
+                return false;
+            };
+            if (!check(m.bdst, m.asrc.p, ssize, "SEND") ||
+                !check(m.bwdst, m.asrc.p + kMqBuf, wsize, "WRITE") ||
+                !check(m.adst, m.bsrc.p, rsize, "READ"))
+                return msg;
+        }
+    }
+    return {};
+}
+
+void test_many_qps(void**) {
+    for (const Config& c : kConfigs) {
+        where("many_qps %s", config_name(c));
+        Host ha = new_host();
+        Host hb = new_host();
+        std::vector<MqPair> pairs(kMqPairs);
+        for (MqPair& m : pairs) {
+            m.as = new_cq(ha, 64);
+            ibv_cq* ar = new_cq(ha, 64);
+            ibv_cq* bs = new_cq(hb, 64);
+            m.br = new_cq(hb, 64);
+            QpOpts o;
+            o.send_wr = 16;
+            o.recv_wr = 16;
+            m.a = new_qp(ha, m.as, ar, o);
+            m.b = new_qp(hb, bs, m.br, o);
+            connect_qps(m.a, m.b, c);
+            m.asrc = new_buf(ha, 2 * kMqBuf);
+            m.adst = new_buf(ha, kMqBuf);
+            m.bsrc = new_buf(hb, kMqBuf);
+            m.bdst = new_buf(hb, kMqBuf);
+            m.bwdst = new_buf(hb, kMqBuf);
+        }
+        std::vector<std::string> errors(kMqThreads);
+        std::vector<std::thread> threads;
+        const size_t per = kMqPairs / kMqThreads;
+        for (size_t t = 0; t < kMqThreads; ++t)
+            threads.emplace_back([&, t] { errors[t] = mq_worker(pairs, t * per, per); });
+        for (std::thread& t : threads)
+            t.join();
+        for (size_t t = 0; t < kMqThreads; ++t)
+            EXPECT(errors[t].empty(), "thread %zu: %s", t, errors[t].c_str());
+        g.clear();
+    }
+}
+
+// ===========================================================================
+// Disconnects and the error state
+
+// The initiator's outstanding work when its peer goes away: every send
+// queue WR completes (successfully if it finished, else flushed; never a
+// success after a flush), in order, and every posted receive is flushed.
+void check_flushed_in_order(const std::vector<ibv_wc>& wcs, uint64_t first_id, size_t count,
+                            const char* what, size_t* flushed) {
+    EXPECT(wcs.size() == count, "%s: %zu completions, expected %zu", what, wcs.size(), count);
+    bool seen_flush = false;
+    *flushed = 0;
+    for (size_t i = 0; i < wcs.size(); ++i) {
+        EXPECT(wcs[i].wr_id == first_id + i,
+               "%s: completion %zu is wr_id %" PRIu64 ", expected %" PRIu64
+               " (out of order or lost)",
+               what, i, wcs[i].wr_id, first_id + i);
+        EXPECT(wcs[i].status == IBV_WC_SUCCESS || wcs[i].status == IBV_WC_WR_FLUSH_ERR,
+               "%s: wr_id %" PRIu64 " status %s", what, wcs[i].wr_id,
+               ibv_wc_status_str(wcs[i].status));
+        if (wcs[i].status == IBV_WC_WR_FLUSH_ERR) {
+            seen_flush = true;
+            ++*flushed;
+        }
+        EXPECT(!(seen_flush && wcs[i].status == IBV_WC_SUCCESS),
+               "%s: wr_id %" PRIu64 " succeeded after an earlier WR was flushed", what,
+               wcs[i].wr_id);
+    }
+}
+
+void disconnect(const Config& c, bool destroy_peer) {
+    const char* how = destroy_peer ? "peer QP destroyed" : "peer QP moved to ERR";
+    where("disconnect %s: %s", config_name(c), how);
+    Pair p = new_pair(c);
+    Buf asrc = new_buf(p.ha, kMiB);
+    pattern(asrc.p, asrc.n, 141);
+    Buf adst = new_buf(p.ha, kMiB);
+    Buf arecv = new_buf(p.ha, 8 * 4096);
+    Buf bdst = new_buf(p.hb, kMiB);
+    Buf bsrc = new_buf(p.hb, kMiB);
+    Buf brecv = new_buf(p.hb, 4 * kMiB);
+    for (uint64_t i = 0; i < 8; ++i)
+        post_recv(p.a, 100 + i, {arecv.sge(i * 4096, 4096)});
+    for (uint64_t i = 0; i < 4; ++i)
+        post_recv(p.b, 200 + i, {brecv.sge(i * kMiB, kMiB)});
+    // 16 MiB of WRITEs, 8 MiB of READs, 4 MiB of SENDs, all signaled.
+    for (uint64_t i = 0; i < 16; ++i)
+        post(p.a, rdma_wr(IBV_WR_RDMA_WRITE, i, {asrc.sge(0, kMiB)}, bdst.addr(0), bdst.rkey()));
+    for (uint64_t i = 16; i < 24; ++i)
+        post(p.a, rdma_wr(IBV_WR_RDMA_READ, i, {adst.sge(0, kMiB)}, bsrc.addr(0), bsrc.rkey()));
+    for (uint64_t i = 24; i < 28; ++i)
+        post(p.a, send_wr(i, {asrc.sge(0, kMiB)}));
+    if (destroy_peer) {
+        forget_qp(p.b);
+        EXPECT(ibv_destroy_qp(p.b) == 0, "ibv_destroy_qp(peer)");
+    } else {
+        ibv_qp_attr m{};
+        m.qp_state = IBV_QPS_ERR;
+        EXPECT(ibv_modify_qp(p.b, &m, IBV_QP_STATE) == 0, "ibv_modify_qp(peer, ERR)");
+    }
+    const std::vector<ibv_wc> sent = poll_up_to(p.as, 28, 2 * kTimeoutMs);
+    size_t flushed_sends = 0;
+    check_flushed_in_order(sent, 0, 28, "initiator's send queue", &flushed_sends);
+    const std::vector<ibv_wc> recvd = poll_up_to(p.ar, 8, kTimeoutMs);
+    size_t flushed_recvs = 0;
+    check_flushed_in_order(recvd, 100, 8, "initiator's receive queue", &flushed_recvs);
+    EXPECT(flushed_recvs == 8, "%zu of 8 posted receives flushed", flushed_recvs);
+    expect_state(p.a, IBV_QPS_ERR, "initiator");
+    expect_cq_empty(p.as, kQuietMs, "initiator's send CQ after the flush");
+    expect_cq_empty(p.ar, 0, "initiator's receive CQ after the flush");
+    if (!destroy_peer) {
+        where("disconnect %s: %s: the peer's own queues", config_name(c), how);
+        const std::vector<ibv_wc> brecvd = poll_up_to(p.br, 4, kTimeoutMs);
+        size_t bflushed = 0;
+        check_flushed_in_order(brecvd, 200, 4, "peer's receive queue", &bflushed);
+        expect_state(p.b, IBV_QPS_ERR, "peer");
+    }
+    print_message("  disconnect (%s, %s): %zu of 28 send WRs were flushed\n", config_name(c), how,
+                  flushed_sends);
+    g.clear();
+}
+
+void test_disconnect_peer_destroyed(void**) {
+    for (const Config& c : kConfigs)
+        disconnect(c, true);
+}
+
+void test_disconnect_peer_error(void**) {
+    for (const Config& c : kConfigs)
+        disconnect(c, false);
+}
+
+// A QP whose peer does not read (a raw socket with tiny buffers) has sends
+// stuck in its queue; ibv_modify_qp(ERR) flushes them and the posted
+// receives, in order, unsignaled ones included; work posted afterwards is
+// flushed at once; the socket is closed.
+void test_local_error_flush(void**) {
+    constexpr uint64_t kSends = 40;
+    for (const Config& c : kConfigs) {
+        where("local_error_flush %s", config_name(c));
+        Host h = new_host();
+        ibv_cq* scq = new_cq(h, 1024);
+        ibv_cq* rcq = new_cq(h, 1024);
+        ibv_qp* qp = new_qp(h, scq, rcq);
+        int fds[2];
+        tcp_pair(fds, true);
+        g.fds.push_back(fds[1]);
+        attach(qp, fds[0], true, c);
+        Buf src = new_buf(h, kMiB);
+        Buf rbuf = new_buf(h, 10 * 4096);
+        for (uint64_t i = 0; i < 10; ++i)
+            post_recv(qp, 100 + i, {rbuf.sge(i * 4096, 4096)});
+        for (uint64_t i = 0; i < kSends; ++i)
+            post(qp, send_wr(i, {src.sge(0, kMiB)}, i % 3 == 2 ? 0 : IBV_SEND_SIGNALED));
+        usleep(20000);
+        ibv_qp_attr m{};
+        m.qp_state = IBV_QPS_ERR;
+        EXPECT(ibv_modify_qp(qp, &m, IBV_QP_STATE) == 0, "ibv_modify_qp(ERR)");
+        EXPECT(qp_state(qp) == IBV_QPS_ERR, "state after ibv_modify_qp(ERR)");
+        // Collect until the last WR shows up.
+        std::vector<ibv_wc> sent;
+        const auto deadline = Clock::now() + std::chrono::milliseconds(kTimeoutMs);
+        while ((sent.empty() || sent.back().wr_id != kSends - 1) && Clock::now() < deadline) {
+            std::vector<ibv_wc> more = poll_up_to(scq, kSends, 10);
+            sent.insert(sent.end(), more.begin(), more.end());
+        }
+        std::vector<ibv_wc> more = poll_up_to(scq, kSends, kQuietMs);
+        sent.insert(sent.end(), more.begin(), more.end());
+        EXPECT(!sent.empty() && sent.back().wr_id == kSends - 1,
+               "the last send (wr_id %" PRIu64 ") never completed (%zu completions)", kSends - 1,
+               sent.size());
+        // Successes (signaled WRs only), then a flush of every WR from the
+        // first flushed one on, signaled or not.
+        size_t k = 0;
+        uint64_t last = 0;
+        bool any = false;
+        for (; k < sent.size() && sent[k].status == IBV_WC_SUCCESS; ++k) {
+            EXPECT(sent[k].wr_id % 3 != 2, "unsignaled wr_id %" PRIu64 " completed successfully",
+                   sent[k].wr_id);
+            EXPECT(!any || sent[k].wr_id > last, "wr_id %" PRIu64 " out of order", sent[k].wr_id);
+            last = sent[k].wr_id;
+            any = true;
+        }
+        EXPECT(k < sent.size(), "nothing was flushed");
+        const uint64_t first_flushed = sent[k].wr_id;
+        EXPECT(!any || first_flushed > last, "flushed wr_id %" PRIu64 " out of order",
+               first_flushed);
+        for (size_t i = k; i < sent.size(); ++i)
+            EXPECT(
+                sent[i].wr_id == first_flushed + (i - k) && sent[i].status == IBV_WC_WR_FLUSH_ERR,
+                "completion %zu: wr_id %" PRIu64 " status %s, expected wr_id %" PRIu64 " flushed",
+                i, sent[i].wr_id, ibv_wc_status_str(sent[i].status), first_flushed + (i - k));
+        EXPECT(kSends - first_flushed >= kSends / 2,
+               "only %" PRIu64 " of %" PRIu64
+               " sends were still queued: the peer's buffers "
+               "were not small",
+               kSends - first_flushed, kSends);
+        const std::vector<ibv_wc> recvd = expect_wcs(rcq, 10, "receives");
+        for (uint64_t i = 0; i < 10; ++i)
+            expect_wc(recvd[i], 100 + i, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, "receives in order");
+
+        where("local_error_flush %s: work posted in ERR", config_name(c));
+        post(qp, send_wr(500, {src.sge(0, 10)}, 0));
+        expect_wc(expect_one(scq, "send posted in ERR"), 500, IBV_WC_WR_FLUSH_ERR, IBV_WC_SEND,
+                  "send posted in ERR");
+        post_recv(qp, 600, {rbuf.sge(0, 10)});
+        expect_wc(expect_one(rcq, "receive posted in ERR"), 600, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV,
+                  "receive posted in ERR");
+        expect_cq_empty(scq, kQuietMs, "send CQ");
+
+        where("local_error_flush %s: the socket closes", config_name(c));
+        bool eof = false;
+        const auto end = Clock::now() + std::chrono::milliseconds(kTimeoutMs);
+        std::vector<uint8_t> sink(256 * 1024);
+        while (!eof && Clock::now() < end) {
+            if (!readable(fds[1], 100))
+                continue;
+            const ssize_t n = recv(fds[1], sink.data(), sink.size(), 0);
+            eof = n == 0 || (n < 0 && errno == ECONNRESET);
+        }
+        EXPECT(eof, "the peer never saw the connection close");
+        g.clear();
+    }
+}
+
+// ===========================================================================
+// Hostile requests from a usiw peer
+
+enum class Hostile {
+    kWriteBadKey,
+    kWriteUnknownIndex,
+    kWritePastEnd,
+    kWriteBeforeStart,
+    kWriteToWrap,
+    kWriteMrNoRemoteWrite,
+    kWriteQpNoRemoteWrite,
+    kReadBadKey,
+    kReadUnknownIndex,
+    kReadPastEnd,
+    kReadToWrap,
+    kReadMrNoRemoteRead,
+    kReadQpNoRemoteRead,
+    kSendNoReceive,
+};
+
+struct HostileCase {
+    Hostile what;
+    const char* name;
+};
+
+constexpr HostileCase kHostile[] = {
+    {Hostile::kWriteBadKey, "WRITE, wrong key byte"},
+    {Hostile::kWriteUnknownIndex, "WRITE, unknown STag index"},
+    {Hostile::kWritePastEnd, "WRITE, one byte past the MR"},
+    {Hostile::kWriteBeforeStart, "WRITE, one byte before the MR"},
+    {Hostile::kWriteToWrap, "WRITE, tagged offset wraps"},
+    {Hostile::kWriteMrNoRemoteWrite, "WRITE to an MR without REMOTE_WRITE"},
+    {Hostile::kWriteQpNoRemoteWrite, "WRITE to a QP without REMOTE_WRITE"},
+    {Hostile::kReadBadKey, "READ, wrong key byte"},
+    {Hostile::kReadUnknownIndex, "READ, unknown STag index"},
+    {Hostile::kReadPastEnd, "READ, one byte past the MR"},
+    {Hostile::kReadToWrap, "READ, tagged offset wraps"},
+    {Hostile::kReadMrNoRemoteRead, "READ from an MR without REMOTE_READ"},
+    {Hostile::kReadQpNoRemoteRead, "READ from a QP without REMOTE_READ"},
+    {Hostile::kSendNoReceive, "SEND with no receive posted"},
+};
+
+uint32_t wrong_key(uint32_t stag) {
+    return (stag & ~0xffu) | ((stag + 1) & 0xffu);
+}
+uint32_t unknown_index(uint32_t stag) {
+    return (0xabcdeu << 8) | (stag & 0xffu);
+}
+
+void hostile(const Config& c, const HostileCase& hc) {
+    where("hostile %s: %s", config_name(c), hc.name);
+    constexpr size_t kMr = 65536;
+    constexpr size_t kLen = 64;
+    QpOpts ob;
+    int mr_access = kAllAccess;
+    switch (hc.what) {
+        case Hostile::kWriteMrNoRemoteWrite:
+            mr_access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ;
+            break;
+        case Hostile::kWriteQpNoRemoteWrite:
+            ob.set_access = false;  // never given any access flags
+            break;
+        case Hostile::kReadMrNoRemoteRead:
+            mr_access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+            break;
+        case Hostile::kReadQpNoRemoteRead:
+            ob.access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+            break;
+        default:
+            break;
+    }
+    Pair p = new_pair(c, QpOpts(), ob);
+    Buf target = new_buf(p.hb, kMr, mr_access);
+    pattern(target.p, target.n, 151);
+    const std::vector<uint8_t> before(target.p, target.p + target.n);
+    Buf src = new_buf(p.ha, kMr);
+    pattern(src.p, src.n, 152);
+    Buf local = new_buf(p.ha, kMr);
+    Buf brecv = new_buf(p.hb, 8192);
+    const bool send_case = hc.what == Hostile::kSendNoReceive;
+    if (!send_case) {
+        post_recv(p.b, 1, {brecv.sge(0, 4096)});
+        post_recv(p.b, 2, {brecv.sge(4096, 4096)});
+    }
+    uint32_t rkey = target.rkey();
+    uint64_t raddr = target.addr(1000);
+    switch (hc.what) {
+        case Hostile::kWriteBadKey:
+        case Hostile::kReadBadKey:
+            rkey = wrong_key(rkey);
+            break;
+        case Hostile::kWriteUnknownIndex:
+        case Hostile::kReadUnknownIndex:
+            rkey = unknown_index(rkey);
+            break;
+        case Hostile::kWritePastEnd:
+        case Hostile::kReadPastEnd:
+            raddr = target.addr(kMr - kLen + 1);
+            break;
+        case Hostile::kWriteBeforeStart:
+            raddr = target.addr(0) - 1;
+            break;
+        case Hostile::kWriteToWrap:
+        case Hostile::kReadToWrap:
+            raddr = UINT64_MAX - kLen / 2;
+            break;
+        default:
+            break;
+    }
+    const bool read = hc.what >= Hostile::kReadBadKey && hc.what <= Hostile::kReadQpNoRemoteRead;
+    if (send_case)
+        post(p.a, send_wr(1, {src.sge(0, kLen)}));
+    else if (read)
+        post(p.a, rdma_wr(IBV_WR_RDMA_READ, 1, {local.sge(0, kLen)}, raddr, rkey));
+    else
+        post(p.a, rdma_wr(IBV_WR_RDMA_WRITE, 1, {src.sge(0, kLen)}, raddr, rkey));
+
+    const ibv_wc wc = expect_one(p.as, "initiator's request");
+    EXPECT(wc.wr_id == 1, "wr_id %" PRIu64, wc.wr_id);
+    if (read) {
+        EXPECT(wc.status == IBV_WC_REM_ACCESS_ERR, "READ completed with %s, expected %s",
+               ibv_wc_status_str(wc.status), ibv_wc_status_str(IBV_WC_REM_ACCESS_ERR));
+    } else {
+        // A WRITE or SEND completes when it has left (iWARP): success, or
+        // the remote error when the TERMINATE came first.
+        EXPECT(wc.status == IBV_WC_SUCCESS || wc.status == IBV_WC_REM_ACCESS_ERR ||
+                   wc.status == IBV_WC_REM_OP_ERR || wc.status == IBV_WC_WR_FLUSH_ERR,
+               "status %s", ibv_wc_status_str(wc.status));
+    }
+    expect_state(p.b, IBV_QPS_ERR, "target");
+    expect_state(p.a, IBV_QPS_ERR, "initiator");
+    expect_async(p.hb.ctx, p.b, send_case ? IBV_EVENT_QP_FATAL : IBV_EVENT_QP_ACCESS_ERR, "target");
+    expect_async(p.ha.ctx, p.a, IBV_EVENT_QP_FATAL, "initiator");
+    expect_no_async(p.hb.ctx, "target");
+    expect_no_async(p.ha.ctx, "initiator");
+    expect_bytes(target.p, before.data(), target.n, "target MR");
+    std::vector<uint8_t> guard(kMr, kGuard);
+    expect_bytes(local.p, guard.data(), kMr, "initiator's READ destination");
+    if (!send_case) {
+        const std::vector<ibv_wc> flushed = expect_wcs(p.br, 2, "target's posted receives");
+        expect_wc(flushed[0], 1, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, "target's receives");
+        expect_wc(flushed[1], 2, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, "target's receives");
+        expect_bytes(brecv.p, guard.data(), brecv.n, "target's receive buffers");
+    }
+    expect_cq_empty(p.as, 0, "initiator's send CQ");
+    g.clear();
+}
+
+void test_hostile_peer(void**) {
+    for (const Config& c : kConfigs)
+        for (const HostileCase& hc : kHostile)
+            hostile(c, hc);
+}
+
+// A valid READ and a READ with a bad rkey posted together: the responder
+// accepted the first before it found the second at fault, so the first is
+// answered and completes with its bytes; the error belongs to the second.
+void test_hostile_read_after_valid_read(void**) {
+    constexpr size_t kSize = 65536;
+    for (const Config& c : kConfigs) {
+        where("read_after_valid_read %s", config_name(c));
+        Pair p = new_pair(c);
+        Buf remote = new_buf(p.hb, kSize + 64);
+        pattern(remote.p, remote.n, 181);
+        Buf local = new_buf(p.ha, 2 * kSize);
+        std::vector<Wr> chain{
+            rdma_wr(IBV_WR_RDMA_READ, 1, {local.sge(0, kSize)}, remote.addr(8), remote.rkey()),
+            rdma_wr(IBV_WR_RDMA_READ, 2, {local.sge(kSize, 64)}, remote.addr(0),
+                    wrong_key(remote.rkey()))};
+        EXPECT(post_chain(p.a, chain) == 0, "ibv_post_send(READ, bad READ)");
+        const std::vector<ibv_wc> wcs = expect_wcs(p.as, 2, "initiator");
+        expect_wc(wcs[0], 1, IBV_WC_SUCCESS, IBV_WC_RDMA_READ, "the valid READ");
+        expect_wc(wcs[1], 2, IBV_WC_REM_ACCESS_ERR, IBV_WC_RDMA_READ, "the bad READ");
+        std::vector<uint8_t> image(local.n, kGuard);
+        std::memcpy(image.data(), remote.p + 8, kSize);
+        expect_bytes(local.p, image.data(), local.n, "READ destinations");
+        expect_state(p.a, IBV_QPS_ERR, "initiator");
+        expect_state(p.b, IBV_QPS_ERR, "responder");
+        expect_async(p.hb.ctx, p.b, IBV_EVENT_QP_ACCESS_ERR, "responder");
+        expect_async(p.ha.ctx, p.a, IBV_EVENT_QP_FATAL, "initiator");
+        g.clear();
+    }
+}
+
+// A SEND longer than the posted receive: the receive completes with
+// IBV_WC_LOC_LEN_ERR, nothing is written past the receive buffer (the
+// segments that fitted may have been placed), both QPs end in ERR.
+void test_hostile_send_too_long(void**) {
+    for (const Config& c : kConfigs) {
+        where("send_too_long %s", config_name(c));
+        Pair p = new_pair(c);
+        Buf src = new_buf(p.ha, 8192);
+        pattern(src.p, src.n, 191);
+        Buf dst = new_buf(p.hb, 8192);
+        post_recv(p.b, 1, {dst.sge(64, 1000)});
+        post_recv(p.b, 2, {dst.sge(4096, 1000)});
+        post(p.a, send_wr(1, {src.sge(0, 3000)}));
+        expect_one(p.as, "sender");
+        const std::vector<ibv_wc> wcs = expect_wcs(p.br, 2, "receiver");
+        expect_wc(wcs[0], 1, IBV_WC_LOC_LEN_ERR, IBV_WC_RECV, "the receive too small");
+        expect_wc(wcs[1], 2, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, "the next receive");
+        std::vector<uint8_t> image(dst.n, kGuard);
+        // The receive buffer itself is undefined after the error.
+        std::memcpy(image.data() + 64, dst.p + 64, 1000);
+        expect_bytes(dst.p, image.data(), dst.n, "memory around the receive buffers");
+        expect_state(p.b, IBV_QPS_ERR, "receiver");
+        expect_state(p.a, IBV_QPS_ERR, "sender");
+        expect_async(p.hb.ctx, p.b, IBV_EVENT_QP_FATAL, "receiver");
+        expect_async(p.ha.ctx, p.a, IBV_EVENT_QP_FATAL, "sender");
+        g.clear();
+    }
+}
+
+// ===========================================================================
+// Hostile raw peer: a plain TCP socket writes hand-built FPDUs into a usiw
+// QP and reads back what usiw answers.
+
+std::vector<uint8_t> frame(const wire::SegmentHeader& h, const uint8_t* data, size_t n, bool crc) {
+    iovec src{const_cast<uint8_t*>(data), n};
+    wire::PayloadCursor cursor{{&src, n ? size_t{1} : size_t{0}}};
+    wire::FpduFramer framer;
+    iovec iov[wire::FpduFramer::iov_count(1)];
+    const size_t k = framer.frame(h, cursor, n, crc, iov);
+    EXPECT(k > 0, "FpduFramer::frame(%s, %zu bytes)", wire::opcode_name(h.opcode), n);
+    std::vector<uint8_t> out;
+    for (size_t i = 0; i < k; ++i) {
+        const auto* p = static_cast<const uint8_t*>(iov[i].iov_base);
+        out.insert(out.end(), p, p + iov[i].iov_len);
+    }
+    return out;
+}
+
+std::vector<uint8_t> fpdu_write(uint32_t stag, uint64_t to, const uint8_t* data, size_t n,
+                                bool crc) {
+    wire::SegmentHeader h;
+    h.opcode = wire::Opcode::kRdmaWrite;
+    h.stag = stag;
+    h.to = to;
+    h.last = true;
+    return frame(h, data, n, crc);
+}
+
+std::vector<uint8_t> fpdu_send(uint32_t msn, uint32_t mo, bool last, const uint8_t* data, size_t n,
+                               bool crc) {
+    wire::SegmentHeader h;
+    h.opcode = wire::Opcode::kSend;
+    h.msn = msn;
+    h.mo = mo;
+    h.last = last;
+    return frame(h, data, n, crc);
+}
+
+std::vector<uint8_t> fpdu_read_request(uint32_t msn, const wire::ReadRequestFields& r, bool crc) {
+    wire::SegmentHeader h;
+    h.opcode = wire::Opcode::kReadRequest;
+    h.msn = msn;
+    h.read_request = r;
+    return frame(h, nullptr, 0, crc);
+}
+
+void raw_write_all(int fd, const std::vector<uint8_t>& bytes) {
+    size_t at = 0;
+    while (at < bytes.size()) {
+        const ssize_t n = send(fd, bytes.data() + at, bytes.size() - at, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        EXPECT(n > 0, "send on the raw socket: %s", std::strerror(errno));
+        at += static_cast<size_t>(n);
+    }
+}
+
+struct RxFpdu {
+    wire::SegmentHeader h;
+    std::vector<uint8_t> header;
+    std::vector<uint8_t> payload;
+};
+
+struct RawReply {
+    std::vector<RxFpdu> fpdus;
+    bool eof = false;   // the connection was closed (FIN or reset)
+    bool clean = true;  // no fault and no partial FPDU at the end
+    std::string fault;
+    size_t bytes = 0;
+};
+
+// Reads until usiw closes the connection (or the timeout), then deframes.
+RawReply raw_read_reply(int fd, bool crc) {
+    RawReply r;
+    std::vector<uint8_t> bytes;
+    std::vector<uint8_t> buf(65536);
+    const auto deadline = Clock::now() + std::chrono::milliseconds(kTimeoutMs);
+    while (Clock::now() < deadline) {
+        if (!readable(fd, 50))
+            continue;
+        const ssize_t n = recv(fd, buf.data(), buf.size(), 0);
+        if (n > 0) {
+            bytes.insert(bytes.end(), buf.data(), buf.data() + n);
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        r.eof = true;  // 0: FIN; < 0: reset
+        break;
+    }
+    r.bytes = bytes.size();
+    wire::Deframer d(wire::Deframer::Config{crc, {}, wire::TerminateLayout::kLinuxSiw});
+    std::span<const std::byte> in(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size());
+    RxFpdu cur;
+    for (;;) {
+        const wire::Deframer::Event ev = d.next(in);
+        using Kind = wire::Deframer::Event::Kind;
+        if (ev.kind == Kind::kNeedMore)
+            break;
+        if (ev.kind == Kind::kFault) {
+            r.clean = false;
+            r.fault = ev.fault.what;
+            return r;
+        }
+        if (ev.kind == Kind::kHeader) {
+            cur = RxFpdu{};
+            cur.h = *ev.header;
+            const auto hb = d.header_bytes();
+            cur.header.assign(reinterpret_cast<const uint8_t*>(hb.data()),
+                              reinterpret_cast<const uint8_t*>(hb.data()) + hb.size());
+        } else if (ev.kind == Kind::kPayload) {
+            const auto* p = reinterpret_cast<const uint8_t*>(ev.payload.data());
+            if (cur.payload.size() < ev.payload_offset + ev.payload.size())
+                cur.payload.resize(ev.payload_offset + ev.payload.size());
+            std::memcpy(cur.payload.data() + ev.payload_offset, p, ev.payload.size());
+        } else if (ev.kind == Kind::kSegmentEnd) {
+            r.fpdus.push_back(cur);
+        }
+    }
+    if (d.phase() != wire::Deframer::Phase::kHeader || !d.header_bytes().empty()) {
+        r.clean = false;
+        r.fault = "a partial FPDU at the end of the stream";
+    }
+    return r;
+}
+
+const char* cause_name(const wire::TermCause& c) {
+    const char* n = wire::term_cause_name(c);
+    return n ? n : "undefined";
+}
+
+struct TermExpect {
+    wire::TermCause cause;
+    bool m = false, d = false, r = false;
+    bool lenient_flags = false;  // the RFCs leave the header copy to the implementation
+    std::function<void(const wire::TerminatedMessage&)> check;
+};
+
+void expect_terminate(const RxFpdu& t, const TermExpect& e) {
+    EXPECT(t.h.opcode == wire::Opcode::kTerminate, "usiw's last FPDU is %s, not a TERMINATE",
+           wire::opcode_name(t.h.opcode));
+    EXPECT(t.h.queue == 2 && t.h.msn == 1 && t.h.mo == 0, "TERMINATE QN %u MSN %u MO %u", t.h.queue,
+           t.h.msn, t.h.mo);
+    const wire::TerminateFields& f = t.h.terminate;
+    EXPECT(f.cause == e.cause, "TERMINATE cause %u/%u/0x%02x (%s), expected %u/%u/0x%02x (%s)",
+           static_cast<unsigned>(f.cause.layer), f.cause.etype, f.cause.ecode, cause_name(f.cause),
+           static_cast<unsigned>(e.cause.layer), e.cause.etype, e.cause.ecode, cause_name(e.cause));
+    bool m = e.m, d = e.d, r = e.r;
+    if (e.lenient_flags) {
+        m = f.has_ulpdu_length;
+        d = f.has_ddp_header;
+        r = f.has_rdmap_header;
+    }
+    EXPECT(f.has_ulpdu_length == m && f.has_ddp_header == d && f.has_rdmap_header == r,
+           "TERMINATE flags M%d D%d R%d, expected M%d D%d R%d", f.has_ulpdu_length,
+           f.has_ddp_header, f.has_rdmap_header, m, d, r);
+    // On the wire: Linux siw's layout of the control word (usiw's default).
+    EXPECT(t.header.size() == 24, "TERMINATE header of %zu bytes", t.header.size());
+    wire::TerminateFields want;
+    want.cause = e.cause;
+    want.has_ulpdu_length = m;
+    want.has_ddp_header = d;
+    want.has_rdmap_header = r;
+    std::byte word[4];
+    wire::encode_terminate_control(want, wire::TerminateLayout::kLinuxSiw, word);
+    const auto* got = reinterpret_cast<const std::byte*>(t.header.data() + 20);
+    EXPECT(std::memcmp(got, word, 4) == 0,
+           "control word %02x %02x %02x %02x, siw's layout is %02x %02x %02x %02x", t.header[20],
+           t.header[21], t.header[22], t.header[23], std::to_integer<unsigned>(word[0]),
+           std::to_integer<unsigned>(word[1]), std::to_integer<unsigned>(word[2]),
+           std::to_integer<unsigned>(word[3]));
+    // Read back with siw's layout as the fallback (a word both layouts
+    // could have produced is decided by the fallback).
+    wire::TerminateFields dec;
+    EXPECT(wire::decode_terminate_control(got, wire::TerminateLayout::kLinuxSiw, &dec, nullptr),
+           "decode_terminate_control refuses the word");
+    EXPECT(dec.cause == e.cause && dec.has_ulpdu_length == m && dec.has_ddp_header == d &&
+               dec.has_rdmap_header == r,
+           "decode_terminate_control reads another cause or other flags");
+    wire::TerminatedMessage msg;
+    const bool ok = wire::decode_terminate_payload(
+        f, {reinterpret_cast<const std::byte*>(t.payload.data()), t.payload.size()}, &msg);
+    EXPECT(ok, "TERMINATE payload of %zu bytes does not match its flags", t.payload.size());
+    if (d && e.check)
+        e.check(msg);
+}
+
+// The usiw side of a raw-peer test: one QP (responder) with an MR of 64
+// KiB holding a pattern and `recvs` receives posted.
+struct RawTarget {
+    Host h;
+    ibv_cq* cq = nullptr;
+    ibv_qp* qp = nullptr;
+    Buf mem;
+    Buf rbuf;
+    int raw = -1;
+    bool crc = false;
+    size_t recvs = 0;
+    std::vector<uint8_t> image;  // what `mem` must hold
+};
+
+constexpr size_t kRawMr = 65536;
+
+RawTarget raw_target(bool crc, size_t recvs, int qp_access = kAllAccess,
+                     int mr_access = kAllAccess) {
+    RawTarget t;
+    t.crc = crc;
+    t.recvs = recvs;
+    t.h = new_host();
+    t.cq = new_cq(t.h, 256);
+    QpOpts o;
+    o.access = qp_access;
+    t.qp = new_qp(t.h, t.cq, t.cq, o);
+    t.mem = new_buf(t.h, kRawMr, mr_access);
+    pattern(t.mem.p, t.mem.n, 161);
+    t.image.assign(t.mem.p, t.mem.p + t.mem.n);
+    t.rbuf = new_buf(t.h, 4 * 4096);
+    for (size_t i = 0; i < recvs; ++i)
+        post_recv(t.qp, i, {t.rbuf.sge(i * 4096, 4096)});
+    int fds[2];
+    tcp_pair(fds);
+    t.raw = fds[0];
+    g.fds.push_back(fds[0]);
+    attach(t.qp, fds[1], false, Config{crc, 65536});
+    return t;
+}
+
+// A valid WRITE first (it must land, proving the stream worked), then the
+// offending bytes; usiw must answer with a TERMINATE, close, move the QP to
+// ERR with the right async event and flush the posted receives.
+void raw_exchange(RawTarget& t, const std::vector<uint8_t>& offending, const TermExpect& e,
+                  ibv_event_type event, Seg may_change = {0, 0}) {
+    uint8_t data[100];
+    pattern(data, sizeof data, 162);
+    std::vector<uint8_t> bytes = fpdu_write(t.mem.rkey(), t.mem.addr(1000), data, 100, t.crc);
+    std::memcpy(t.image.data() + 1000, data, 100);
+    bytes.insert(bytes.end(), offending.begin(), offending.end());
+    raw_write_all(t.raw, bytes);
+    const RawReply reply = raw_read_reply(t.raw, t.crc);
+    EXPECT(reply.clean, "usiw's reply (%zu bytes) does not deframe: %s", reply.bytes,
+           reply.fault.c_str());
+    EXPECT(reply.eof, "usiw did not close the connection within %d ms", kTimeoutMs);
+    EXPECT(reply.fpdus.size() == 1, "usiw sent %zu FPDUs (first: %s), expected one TERMINATE",
+           reply.fpdus.size(),
+           reply.fpdus.empty() ? "none" : wire::opcode_name(reply.fpdus[0].h.opcode));
+    expect_terminate(reply.fpdus.back(), e);
+    expect_state(t.qp, IBV_QPS_ERR, "usiw QP");
+    expect_async(t.h.ctx, t.qp, event, "usiw QP");
+    expect_no_async(t.h.ctx, "usiw QP");
+    if (may_change.len) {
+        // Payload placed before its CRC was checked may have landed (Linux
+        // siw places before it checks, too); nothing else may change.
+        std::memcpy(t.image.data() + may_change.off, t.mem.p + may_change.off, may_change.len);
+    }
+    expect_bytes(t.mem.p, t.image.data(), t.mem.n, "usiw MR");
+}
+
+void expect_recvs_flushed(RawTarget& t, size_t first) {
+    const std::vector<ibv_wc> wcs = expect_wcs(t.cq, t.recvs - first, "posted receives");
+    for (size_t i = 0; i < wcs.size(); ++i)
+        expect_wc(wcs[i], first + i, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, "posted receives");
+    expect_cq_empty(t.cq, kQuietMs, "usiw CQ");
+}
+
+void expect_rbuf_untouched(RawTarget& t) {
+    std::vector<uint8_t> guard(t.rbuf.n, kGuard);
+    expect_bytes(t.rbuf.p, guard.data(), t.rbuf.n, "receive buffers");
+}
+
+// A tagged header of the offending WRITE copied back.
+std::function<void(const wire::TerminatedMessage&)> terminated_write(uint32_t stag, uint64_t to,
+                                                                     uint16_t length) {
+    return [=](const wire::TerminatedMessage& m) {
+        EXPECT(m.has_ddp_header && m.tagged && m.raw_opcode == 0,
+               "copied header: tagged %d opcode %u", m.tagged, m.raw_opcode);
+        EXPECT(m.stag == stag && m.to == to,
+               "copied STag 0x%x TO 0x%" PRIx64 ", sent 0x%x 0x%" PRIx64, m.stag, m.to, stag, to);
+        EXPECT(m.segment_length == length, "segment length %u, expected %u", m.segment_length,
+               length);
+    };
+}
+
+std::function<void(const wire::TerminatedMessage&)> terminated_untagged(uint8_t opcode,
+                                                                        uint32_t queue,
+                                                                        uint32_t msn,
+                                                                        uint16_t length) {
+    return [=](const wire::TerminatedMessage& m) {
+        EXPECT(m.has_ddp_header && !m.tagged && m.raw_opcode == opcode,
+               "copied header: tagged %d opcode %u, expected untagged opcode %u", m.tagged,
+               m.raw_opcode, opcode);
+        EXPECT(m.queue == queue && m.msn == msn && m.mo == 0,
+               "copied QN %u MSN %u MO %u, expected %u %u 0", m.queue, m.msn, m.mo, queue, msn);
+        EXPECT(m.segment_length == length, "segment length %u, expected %u", m.segment_length,
+               length);
+    };
+}
+
+void test_raw_write_bad_stag(void**) {
+    for (bool crc : {false, true}) {
+        for (int unknown = 0; unknown < 2; ++unknown) {
+            where("raw: WRITE with %s, crc=%d", unknown ? "an unknown STag index" : "a wrong key",
+                  crc);
+            RawTarget t = raw_target(crc, 2);
+            const uint32_t stag = unknown ? unknown_index(t.mem.rkey()) : wrong_key(t.mem.rkey());
+            uint8_t data[100];
+            pattern(data, sizeof data, 163);
+            TermExpect e;
+            e.cause = term::kTaggedInvalidStag;
+            e.m = e.d = true;
+            e.check = terminated_write(stag, t.mem.addr(3000), 100);
+            raw_exchange(t, fpdu_write(stag, t.mem.addr(3000), data, 100, crc), e,
+                         IBV_EVENT_QP_ACCESS_ERR);
+            expect_recvs_flushed(t, 0);
+            expect_rbuf_untouched(t);
+            g.clear();
+        }
+    }
+}
+
+void test_raw_write_out_of_bounds(void**) {
+    for (bool crc : {false, true}) {
+        where("raw: WRITE one byte past the MR, crc=%d", crc);
+        RawTarget t = raw_target(crc, 2);
+        uint8_t data[100];
+        pattern(data, sizeof data, 164);
+        const uint64_t to = t.mem.addr(kRawMr - 99);
+        TermExpect e;
+        e.cause = term::kTaggedBaseBounds;
+        e.m = e.d = true;
+        e.check = terminated_write(t.mem.rkey(), to, 100);
+        raw_exchange(t, fpdu_write(t.mem.rkey(), to, data, 100, crc), e, IBV_EVENT_QP_ACCESS_ERR);
+        expect_recvs_flushed(t, 0);
+        g.clear();
+    }
+}
+
+void test_raw_write_no_access(void**) {
+    for (bool crc : {false, true}) {
+        for (int qp_level = 0; qp_level < 2; ++qp_level) {
+            where("raw: WRITE to %s, crc=%d",
+                  qp_level ? "a QP without REMOTE_WRITE" : "an MR without REMOTE_WRITE", crc);
+            // The valid WRITE first needs remote write: for the MR case it
+            // goes to a second MR.
+            RawTarget t = qp_level
+                              ? raw_target(crc, 2, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ)
+                              : raw_target(crc, 2);
+            Buf ro = new_buf(t.h, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+            pattern(ro.p, ro.n, 165);
+            const std::vector<uint8_t> ro_before(ro.p, ro.p + ro.n);
+            uint8_t data[100];
+            pattern(data, sizeof data, 166);
+            const uint32_t stag = qp_level ? t.mem.rkey() : ro.rkey();
+            const uint64_t to = qp_level ? t.mem.addr(5000) : ro.addr(100);
+            TermExpect e;
+            e.cause = term::kAccessRights;
+            e.m = e.d = true;
+            e.check = terminated_write(stag, to, 100);
+            if (qp_level) {
+                // Nothing at all may be written: the valid WRITE is refused
+                // too, so it is the offending FPDU here.
+                raw_write_all(t.raw, fpdu_write(stag, to, data, 100, crc));
+                const RawReply reply = raw_read_reply(t.raw, crc);
+                EXPECT(reply.clean && reply.eof && reply.fpdus.size() == 1,
+                       "reply: clean %d eof %d, %zu FPDUs (%s)", reply.clean, reply.eof,
+                       reply.fpdus.size(), reply.fault.c_str());
+                expect_terminate(reply.fpdus.back(), e);
+                expect_state(t.qp, IBV_QPS_ERR, "usiw QP");
+                expect_async(t.h.ctx, t.qp, IBV_EVENT_QP_ACCESS_ERR, "usiw QP");
+                expect_bytes(t.mem.p, t.image.data(), t.mem.n, "usiw MR");
+            } else {
+                raw_exchange(t, fpdu_write(stag, to, data, 100, crc), e, IBV_EVENT_QP_ACCESS_ERR);
+            }
+            expect_bytes(ro.p, ro_before.data(), ro.n, "MR without REMOTE_WRITE");
+            expect_recvs_flushed(t, 0);
+            g.clear();
+        }
+    }
+}
+
+// Reads exactly the FPDUs usiw sends in answer to something (without
+// waiting for the connection to close).
+std::vector<RxFpdu> raw_read_fpdus(int fd, bool crc, size_t count) {
+    std::vector<RxFpdu> out;
+    wire::Deframer d(wire::Deframer::Config{crc, {}, wire::TerminateLayout::kLinuxSiw});
+    RxFpdu cur;
+    std::vector<uint8_t> buf(4096);
+    const auto deadline = Clock::now() + std::chrono::milliseconds(kTimeoutMs);
+    while (out.size() < count && Clock::now() < deadline) {
+        if (!readable(fd, 50))
+            continue;
+        // One byte at a time: nothing beyond the FPDUs asked for is taken.
+        const ssize_t n = recv(fd, buf.data(), 1, 0);
+        EXPECT(n > 0, "the connection closed after %zu of %zu FPDUs", out.size(), count);
+        std::span<const std::byte> in(reinterpret_cast<const std::byte*>(buf.data()), 1);
+        for (;;) {
+            const wire::Deframer::Event ev = d.next(in);
+            using Kind = wire::Deframer::Event::Kind;
+            if (ev.kind == Kind::kNeedMore)
+                break;
+            EXPECT(ev.kind != Kind::kFault, "usiw's FPDU does not deframe: %s", ev.fault.what);
+            if (ev.kind == Kind::kHeader) {
+                cur = RxFpdu{};
+                cur.h = *ev.header;
+            } else if (ev.kind == Kind::kPayload) {
+                const auto* p = reinterpret_cast<const uint8_t*>(ev.payload.data());
+                cur.payload.insert(cur.payload.end(), p, p + ev.payload.size());
+            } else if (ev.kind == Kind::kSegmentEnd) {
+                out.push_back(cur);
+            }
+        }
+    }
+    EXPECT(out.size() == count, "%zu of %zu FPDUs within %d ms", out.size(), count, kTimeoutMs);
+    return out;
+}
+
+// A valid Read Request is answered (its Read Response checked on the wire),
+// then one for an unregistered STag or out of bounds is refused with the
+// Read Request header copied back (R).
+void test_raw_read_request_refused(void**) {
+    for (bool crc : {false, true}) {
+        for (int oob = 0; oob < 2; ++oob) {
+            where("raw: Read Request %s, crc=%d", oob ? "past the MR" : "for an unregistered STag",
+                  crc);
+            RawTarget t = raw_target(crc, 2);
+            wire::ReadRequestFields ok{0x1234, 0x5000, 100, t.mem.rkey(), t.mem.addr(2000)};
+            raw_write_all(t.raw, fpdu_read_request(1, ok, crc));
+            const std::vector<RxFpdu> resp = raw_read_fpdus(t.raw, crc, 1);
+            const RxFpdu& rr = resp[0];
+            EXPECT(rr.h.opcode == wire::Opcode::kReadResponse && rr.h.last &&
+                       rr.h.stag == ok.sink_stag && rr.h.to == ok.sink_to,
+                   "Read Response: %s last %d STag 0x%x TO 0x%" PRIx64,
+                   wire::opcode_name(rr.h.opcode), rr.h.last, rr.h.stag, rr.h.to);
+            EXPECT(rr.payload.size() == 100, "Read Response of %zu bytes", rr.payload.size());
+            expect_bytes(rr.payload.data(), t.image.data() + 2000, 100, "Read Response payload");
+
+            wire::ReadRequestFields bad{0x4321, 0x7000, 200,
+                                        oob ? t.mem.rkey() : unknown_index(t.mem.rkey()),
+                                        oob ? t.mem.addr(kRawMr - 100) : t.mem.addr(0)};
+            TermExpect e;
+            e.cause = oob ? term::kBaseBounds : term::kInvalidStag;
+            e.m = e.d = e.r = true;
+            e.check = [&](const wire::TerminatedMessage& m) {
+                terminated_untagged(1, 1, 2, 0)(m);
+                EXPECT(m.has_read_request, "no Read Request header copied");
+                const wire::ReadRequestFields& r = m.read_request;
+                EXPECT(r.sink_stag == bad.sink_stag && r.sink_to == bad.sink_to &&
+                           r.read_size == bad.read_size && r.source_stag == bad.source_stag &&
+                           r.source_to == bad.source_to,
+                       "copied Read Request differs from the one sent");
+            };
+            raw_exchange(t, fpdu_read_request(2, bad, crc), e, IBV_EVENT_QP_ACCESS_ERR);
+            expect_recvs_flushed(t, 0);
+            g.clear();
+        }
+    }
+}
+
+void test_raw_send_no_receive(void**) {
+    for (bool crc : {false, true}) {
+        where("raw: Send with no receive posted, crc=%d", crc);
+        RawTarget t = raw_target(crc, 0);
+        uint8_t data[50];
+        pattern(data, sizeof data, 167);
+        TermExpect e;
+        e.cause = term::kUntaggedNoBuffer;
+        e.m = e.d = true;
+        e.check = terminated_untagged(3, 0, 1, 50);
+        raw_exchange(t, fpdu_send(1, 0, true, data, 50, crc), e, IBV_EVENT_QP_FATAL);
+        expect_cq_empty(t.cq, kQuietMs, "usiw CQ");
+        g.clear();
+    }
+}
+
+void test_raw_send_bad_msn(void**) {
+    for (bool crc : {false, true}) {
+        where("raw: Send with MSN 5 first, crc=%d", crc);
+        RawTarget t = raw_target(crc, 2);
+        uint8_t data[50];
+        pattern(data, sizeof data, 168);
+        TermExpect e;
+        e.cause = term::kUntaggedMsnRange;
+        e.m = e.d = true;
+        e.check = terminated_untagged(3, 0, 5, 50);
+        raw_exchange(t, fpdu_send(5, 0, true, data, 50, crc), e, IBV_EVENT_QP_FATAL);
+        expect_recvs_flushed(t, 0);
+        expect_rbuf_untouched(t);
+        g.clear();
+    }
+}
+
+// A WRITE whose CRC does not match: LLP CRC error, no header copied (as
+// siw). Its payload may have been placed before the CRC was checked.
+void test_raw_crc_write(void**) {
+    where("raw: WRITE with a corrupted CRC");
+    RawTarget t = raw_target(true, 2);
+    uint8_t data[100];
+    pattern(data, sizeof data, 169);
+    std::vector<uint8_t> bad = fpdu_write(t.mem.rkey(), t.mem.addr(5000), data, 100, true);
+    bad.back() ^= 0x01;
+    TermExpect e;
+    e.cause = term::kLlpCrc;
+    raw_exchange(t, bad, e, IBV_EVENT_QP_FATAL, Seg{5000, 100});
+    if (std::memcmp(t.mem.p + 5000, data, 100) == 0)
+        print_message("  note: the corrupted WRITE's payload was placed before its CRC failed\n");
+    expect_recvs_flushed(t, 0);
+    g.clear();
+}
+
+// A Send whose CRC does not match, into a posted receive: the receive it
+// took must still complete (in error), before the flushed ones.
+void test_raw_crc_send(void**) {
+    where("raw: Send with a corrupted CRC");
+    RawTarget t = raw_target(true, 3);
+    uint8_t data[50];
+    pattern(data, sizeof data, 170);
+    std::vector<uint8_t> bytes = fpdu_send(1, 0, true, data, 50, true);
+    std::vector<uint8_t> bad = fpdu_send(2, 0, true, data, 50, true);
+    bad.back() ^= 0x80;
+    bytes.insert(bytes.end(), bad.begin(), bad.end());
+    TermExpect e;
+    e.cause = term::kLlpCrc;
+    raw_exchange(t, bytes, e, IBV_EVENT_QP_FATAL);
+    const std::vector<ibv_wc> wcs = poll_up_to(t.cq, 3, kTimeoutMs);
+    EXPECT(wcs.size() >= 1, "no completion at all");
+    expect_wc(wcs[0], 0, IBV_WC_SUCCESS, IBV_WC_RECV, "the good Send");
+    EXPECT(wcs[0].byte_len == 50, "byte_len %u", wcs[0].byte_len);
+    EXPECT(std::memcmp(t.rbuf.p, data, 50) == 0, "the good Send's bytes");
+    EXPECT(wcs.size() == 3,
+           "%zu of 3 receive completions: the receive the corrupted Send took was lost",
+           wcs.size());
+    EXPECT(wcs[1].wr_id == 1 && wcs[1].status != IBV_WC_SUCCESS,
+           "second completion wr_id %" PRIu64 " status %s, expected wr_id 1 in error", wcs[1].wr_id,
+           ibv_wc_status_str(wcs[1].status));
+    expect_wc(wcs[2], 2, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, "the untouched receive");
+    g.clear();
+}
+
+// An opcode RDMAP does not define (0xf), and one usiw does not implement
+// (RFC 7306 Atomic Request): RDMAP unexpected opcode.
+void test_raw_undefined_opcode(void**) {
+    for (bool crc : {false, true}) {
+        for (int atomic = 0; atomic < 2; ++atomic) {
+            where("raw: %s, crc=%d", atomic ? "Atomic Request" : "opcode 0xf", crc);
+            RawTarget t = raw_target(crc, 2);
+            std::vector<uint8_t> bad;
+            uint8_t opcode = 0xf;
+            if (atomic) {
+                opcode = static_cast<uint8_t>(wire::Opcode::kAtomicRequest);
+                wire::SegmentHeader h;
+                h.opcode = wire::Opcode::kAtomicRequest;
+                h.msn = 1;
+                h.atomic_request.remote_stag = t.mem.rkey();
+                h.atomic_request.remote_to = t.mem.addr(64);
+                h.atomic_request.add_or_swap = 1;
+                bad = frame(h, nullptr, 0, crc);
+            } else {
+                // An untagged 20-byte header with opcode 0xf, pad, CRC.
+                bad.assign(24, 0);
+                bad[1] = 18;
+                bad[2] = wire::kDdpFlagLast | wire::kDdpVersion;
+                bad[3] =
+                    static_cast<uint8_t>((wire::kRdmapVersion << wire::kRdmapVersionShift) | 0xf);
+                bad[15] = 1;  // MSN 1
+                if (crc) {
+                    wire::Crc32c c;
+                    c.update(reinterpret_cast<const std::byte*>(bad.data()), 20);
+                    const uint32_t v = c.value();
+                    for (int i = 0; i < 4; ++i)
+                        bad[20 + i] = static_cast<uint8_t>(v >> (8 * i));
+                }
+            }
+            TermExpect e;
+            e.cause = term::kUnexpectedOpcode;
+            e.lenient_flags = true;
+            e.check = [=](const wire::TerminatedMessage& m) {
+                EXPECT(!m.tagged && m.raw_opcode == opcode,
+                       "copied header: tagged %d opcode 0x%x, expected 0x%x", m.tagged,
+                       m.raw_opcode, opcode);
+            };
+            raw_exchange(t, bad, e, IBV_EVENT_QP_FATAL);
+            expect_recvs_flushed(t, 0);
+            g.clear();
+        }
+    }
+}
+
+// MPA length 8, below the 14 bytes a WRITE's header needs after it: DDP
+// catastrophic, nothing copied.
+void test_raw_short_mpa_length(void**) {
+    for (bool crc : {false, true}) {
+        where("raw: MPA length below the header size, crc=%d", crc);
+        RawTarget t = raw_target(crc, 2);
+        std::vector<uint8_t> bad(16, 0);
+        bad[1] = 8;
+        bad[2] = wire::kDdpFlagTagged | wire::kDdpFlagLast | wire::kDdpVersion;
+        bad[3] = static_cast<uint8_t>(wire::kRdmapVersion << wire::kRdmapVersionShift);
+        TermExpect e;
+        e.cause = term::kDdpCatastrophic;
+        raw_exchange(t, bad, e, IBV_EVENT_QP_FATAL);
+        expect_recvs_flushed(t, 0);
+        g.clear();
+    }
+}
+
+// The peer closes in the middle of a Send: the receive that Send took
+// completes (flushed, in order) with the rest; none is lost.
+void test_raw_partial_send_then_close(void**) {
+    for (bool crc : {false, true}) {
+        where("raw: first segment of a Send, then FIN, crc=%d", crc);
+        RawTarget t = raw_target(crc, 3);
+        uint8_t data[100];
+        pattern(data, sizeof data, 171);
+        raw_write_all(t.raw, fpdu_send(1, 0, false, data, 100, crc));
+        usleep(20000);
+        shutdown(t.raw, SHUT_WR);
+        const RawReply reply = raw_read_reply(t.raw, crc);
+        EXPECT(reply.eof, "usiw did not close the connection");
+        expect_state(t.qp, IBV_QPS_ERR, "usiw QP");
+        const std::vector<ibv_wc> wcs = poll_up_to(t.cq, 3, kTimeoutMs);
+        EXPECT(wcs.size() == 3,
+               "%zu of 3 receive completions: the receive the partial Send took was lost",
+               wcs.size());
+        for (size_t i = 0; i < 3; ++i)
+            EXPECT(wcs[i].wr_id == i && wcs[i].status != IBV_WC_SUCCESS,
+                   "completion %zu: wr_id %" PRIu64 " status %s", i, wcs[i].wr_id,
+                   ibv_wc_status_str(wcs[i].status));
+        g.clear();
+    }
+}
+
+// A usiw QP (initiator) issues a READ and then a SEND to a raw peer, which
+// checks both on the wire and closes without answering the READ: the READ
+// is flushed, and so is the SEND behind it (a WR after a flushed one never
+// completes successfully), in order, none lost.
+void test_raw_peer_closes_with_read_outstanding(void**) {
+    for (const Config& c : kConfigs) {
+        where("raw peer closes, READ outstanding, %s", config_name(c));
+        Host h = new_host();
+        ibv_cq* scq = new_cq(h, 64);
+        ibv_cq* rcq = new_cq(h, 64);
+        ibv_qp* qp = new_qp(h, scq, rcq);
+        int fds[2];
+        tcp_pair(fds);
+        g.fds.push_back(fds[1]);
+        attach(qp, fds[0], true, c);
+        Buf local = new_buf(h, 8192);
+        pattern(local.p, local.n, 201);
+        const std::vector<uint8_t> before(local.p, local.p + local.n);
+        std::vector<Wr> chain{rdma_wr(IBV_WR_RDMA_READ, 1, {local.sge(100, 1000)}, 0x10000, 0x2233),
+                              send_wr(2, {local.sge(4096, 10)})};
+        EXPECT(post_chain(qp, chain) == 0, "ibv_post_send(READ, SEND)");
+        const std::vector<RxFpdu> got = raw_read_fpdus(fds[1], c.crc, 2);
+        const RxFpdu& rr = got[0];
+        EXPECT(rr.h.opcode == wire::Opcode::kReadRequest && rr.h.msn == 1 && rr.h.last,
+               "first FPDU %s MSN %u", wire::opcode_name(rr.h.opcode), rr.h.msn);
+        const wire::ReadRequestFields& r = rr.h.read_request;
+        EXPECT(r.sink_stag == local.mr->lkey && r.sink_to == local.addr(100) &&
+                   r.read_size == 1000 && r.source_stag == 0x2233 && r.source_to == 0x10000,
+               "Read Request: sink 0x%x 0x%" PRIx64 " size %u source 0x%x 0x%" PRIx64, r.sink_stag,
+               r.sink_to, r.read_size, r.source_stag, r.source_to);
+        const RxFpdu& sd = got[1];
+        EXPECT(sd.h.opcode == wire::Opcode::kSend && sd.h.msn == 1 && sd.h.mo == 0 && sd.h.last,
+               "second FPDU %s MSN %u", wire::opcode_name(sd.h.opcode), sd.h.msn);
+        EXPECT(sd.payload.size() == 10 && std::memcmp(sd.payload.data(), local.p + 4096, 10) == 0,
+               "Send payload of %zu bytes", sd.payload.size());
+        // Both are on the wire; the SEND is done but its completion waits
+        // for the READ's.
+        expect_cq_empty(scq, kQuietMs, "send CQ before the close");
+        close(fds[1]);
+        g.fds.pop_back();
+        const std::vector<ibv_wc> wcs = poll_up_to(scq, 2, kTimeoutMs);
+        EXPECT(wcs.size() == 2, "%zu of 2 completions", wcs.size());
+        expect_wc(wcs[0], 1, IBV_WC_WR_FLUSH_ERR, IBV_WC_RDMA_READ, "the unanswered READ");
+        expect_wc(wcs[1], 2, IBV_WC_WR_FLUSH_ERR, IBV_WC_SEND, "the SEND after the flushed READ");
+        expect_state(qp, IBV_QPS_ERR, "usiw QP");
+        expect_bytes(local.p, before.data(), local.n, "READ destination");
+        g.clear();
+    }
+}
+
+}  // namespace
+
+int main(void) {
+#define T(name) cmocka_unit_test_teardown(name, teardown)
+    const struct CMUnitTest tests[] = {
+        T(test_send_sizes),
+        T(test_send_multi_sge),
+        T(test_send_many_queued),
+        T(test_send_inline),
+        T(test_send_unsignaled),
+        T(test_send_solicited),
+        T(test_send_with_invalidate),
+        T(test_write_sizes),
+        T(test_read_sizes),
+        T(test_read_multi_sge),
+        T(test_read_many),
+        T(test_read_fence_send),
+        T(test_completion_order),
+        T(test_srq),
+        T(test_many_qps),
+        T(test_disconnect_peer_destroyed),
+        T(test_disconnect_peer_error),
+        T(test_local_error_flush),
+        T(test_hostile_peer),
+        T(test_hostile_read_after_valid_read),
+        T(test_hostile_send_too_long),
+        T(test_raw_write_bad_stag),
+        T(test_raw_write_out_of_bounds),
+        T(test_raw_write_no_access),
+        T(test_raw_read_request_refused),
+        T(test_raw_send_no_receive),
+        T(test_raw_send_bad_msn),
+        T(test_raw_crc_write),
+        T(test_raw_crc_send),
+        T(test_raw_undefined_opcode),
+        T(test_raw_short_mpa_length),
+        T(test_raw_partial_send_then_close),
+        T(test_raw_peer_closes_with_read_outstanding),
+    };
+#undef T
+    return cmocka_run_group_tests(tests, nullptr, nullptr);
+}
