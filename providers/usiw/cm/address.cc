@@ -1,0 +1,255 @@
+#include "cm/address.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+
+#include "cm/unique_fd.h"
+#include "glue/provider.h"
+#include "host/netdev.h"
+#include "verbs/log.h"
+
+namespace usiw::cm {
+
+namespace {
+
+const sockaddr_in& v4(const SockAddr& a) {
+    return reinterpret_cast<const sockaddr_in&>(a.storage);
+}
+const sockaddr_in6& v6(const SockAddr& a) {
+    return reinterpret_cast<const sockaddr_in6&>(a.storage);
+}
+
+bool is_v4_mapped(const SockAddr& a) {
+    return a.family() == AF_INET6 && IN6_IS_ADDR_V4MAPPED(&v6(a).sin6_addr);
+}
+
+bool same_address(const SockAddr& a, const NetdevAddress& n) {
+    if (a.family() != n.family)
+        return false;
+    if (a.family() == AF_INET)
+        return std::memcmp(&v4(a).sin_addr, n.bytes.data(), 4) == 0;
+    return std::memcmp(&v6(a).sin6_addr, n.bytes.data(), 16) == 0;
+}
+
+// The devices' netdevs as they are now (addresses move; a cached copy
+// would be stale exactly when it matters).
+struct DeviceNetdev {
+    Device* device;
+    std::optional<NetdevInfo> info;
+};
+
+std::vector<DeviceNetdev> current_netdevs() {
+    std::vector<DeviceNetdev> all;
+    for (Device* d : usiw_devices()) {
+        std::string error;
+        all.push_back({d, query_netdev(d->netdev, &error)});
+    }
+    return all;
+}
+
+}  // namespace
+
+std::optional<SockAddr> SockAddr::from(const sockaddr* sa) {
+    if (!sa)
+        return std::nullopt;
+    SockAddr a;
+    if (sa->sa_family == AF_INET)
+        a.len = sizeof(sockaddr_in);
+    else if (sa->sa_family == AF_INET6)
+        a.len = sizeof(sockaddr_in6);
+    else
+        return std::nullopt;
+    std::memcpy(&a.storage, sa, a.len);
+    return a;
+}
+
+std::optional<SockAddr> SockAddr::local_of(int fd) {
+    SockAddr a;
+    a.len = sizeof a.storage;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&a.storage), &a.len) != 0)
+        return std::nullopt;
+    return from(a.sa());
+}
+
+std::optional<SockAddr> SockAddr::peer_of(int fd) {
+    SockAddr a;
+    a.len = sizeof a.storage;
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&a.storage), &a.len) != 0)
+        return std::nullopt;
+    return from(a.sa());
+}
+
+SockAddr SockAddr::loopback(int family) {
+    SockAddr a;
+    if (family == AF_INET6) {
+        auto& s = reinterpret_cast<sockaddr_in6&>(a.storage);
+        s.sin6_family = AF_INET6;
+        s.sin6_addr = in6addr_loopback;
+        a.len = sizeof s;
+    } else {
+        auto& s = reinterpret_cast<sockaddr_in&>(a.storage);
+        s.sin_family = AF_INET;
+        s.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        a.len = sizeof s;
+    }
+    return a;
+}
+
+uint16_t SockAddr::port() const {
+    if (family() == AF_INET)
+        return ntohs(v4(*this).sin_port);
+    if (family() == AF_INET6)
+        return ntohs(v6(*this).sin6_port);
+    return 0;
+}
+
+void SockAddr::set_port(uint16_t port) {
+    if (family() == AF_INET)
+        reinterpret_cast<sockaddr_in&>(storage).sin_port = htons(port);
+    else if (family() == AF_INET6)
+        reinterpret_cast<sockaddr_in6&>(storage).sin6_port = htons(port);
+}
+
+bool SockAddr::is_any() const {
+    if (family() == AF_INET)
+        return v4(*this).sin_addr.s_addr == htonl(INADDR_ANY);
+    return family() == AF_INET6 && IN6_IS_ADDR_UNSPECIFIED(&v6(*this).sin6_addr);
+}
+
+bool SockAddr::is_loopback() const {
+    const SockAddr a = unmapped();
+    if (a.family() == AF_INET)
+        return (ntohl(v4(a).sin_addr.s_addr) >> 24) == 127;
+    return a.family() == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&v6(a).sin6_addr);
+}
+
+SockAddr SockAddr::unmapped() const {
+    if (!is_v4_mapped(*this))
+        return *this;
+    SockAddr a;
+    auto& s = reinterpret_cast<sockaddr_in&>(a.storage);
+    s.sin_family = AF_INET;
+    s.sin_port = v6(*this).sin6_port;
+    std::memcpy(&s.sin_addr, &v6(*this).sin6_addr.s6_addr[12], 4);
+    a.len = sizeof s;
+    return a;
+}
+
+std::array<uint8_t, 16> SockAddr::gid() const {
+    std::array<uint8_t, 16> g{};
+    const SockAddr a = unmapped();
+    if (a.family() == AF_INET) {
+        g[10] = g[11] = 0xff;
+        std::memcpy(&g[12], &v4(a).sin_addr, 4);
+    } else if (a.family() == AF_INET6) {
+        std::memcpy(g.data(), &v6(a).sin6_addr, 16);
+    }
+    return g;
+}
+
+std::string SockAddr::str() const {
+    char host[INET6_ADDRSTRLEN] = "?";
+    if (family() == AF_INET) {
+        inet_ntop(AF_INET, &v4(*this).sin_addr, host, sizeof host);
+        return std::string(host) + ":" + std::to_string(port());
+    }
+    if (family() == AF_INET6)
+        inet_ntop(AF_INET6, &v6(*this).sin6_addr, host, sizeof host);
+    return "[" + std::string(host) + "]:" + std::to_string(port());
+}
+
+Device* device_for_local_address(const SockAddr& address) {
+    const SockAddr a = address.unmapped();
+    const std::vector<DeviceNetdev> netdevs = current_netdevs();
+    for (const DeviceNetdev& n : netdevs)
+        if (n.info)
+            for (const NetdevAddress& owned : n.info->addresses)
+                if (same_address(a, owned))
+                    return n.device;
+    if (!a.is_loopback())
+        return nullptr;
+    // 127.0.0.0/8 is all the loopback netdev's, though it lists 127.0.0.1.
+    for (const DeviceNetdev& n : netdevs)
+        if (n.info && n.info->loopback)
+            return n.device;
+    for (const DeviceNetdev& n : netdevs)
+        if (n.info && n.info->port_active())
+            return n.device;
+    return nullptr;
+}
+
+int route_source(const SockAddr& destination, SockAddr* source) {
+    UniqueFd probe(socket(destination.family(), SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    if (!probe)
+        return errno;
+    SockAddr to = destination;
+    if (to.port() == 0)
+        to.set_port(9);  // any port routes the same; 0 is refused by connect()
+    if (connect(probe.get(), to.sa(), to.len) != 0)
+        return errno;
+    auto local = SockAddr::local_of(probe.get());
+    if (!local)
+        return errno;
+    *source = *local;
+    source->set_port(0);
+    return 0;
+}
+
+namespace {
+
+// The opened devices, for the life of the process (never destroyed: ids
+// and the engine may still use them while static destructors run).
+struct DeviceContexts {
+    std::mutex mutex;  // protects `all`
+    std::vector<DeviceContext*> all;
+};
+
+DeviceContexts& device_contexts() {
+    static auto* contexts = new DeviceContexts;
+    return *contexts;
+}
+
+}  // namespace
+
+DeviceContext* device_context(Device* device) {
+    DeviceContexts& contexts = device_contexts();
+    std::lock_guard lock(contexts.mutex);
+    for (DeviceContext* dc : contexts.all)
+        if (dc->device == device)
+            return dc;
+    ibv_context* verbs = ibv_open_device(device->ibv());
+    if (!verbs)
+        return nullptr;
+    ibv_pd* pd = ibv_alloc_pd(verbs);
+    if (!pd) {
+        const int err = errno;
+        ibv_close_device(verbs);
+        errno = err;
+        return nullptr;
+    }
+    auto* dc = new (std::nothrow) DeviceContext{device, verbs, pd};
+    if (!dc) {
+        ibv_dealloc_pd(pd);
+        ibv_close_device(verbs);
+        errno = ENOMEM;
+        return nullptr;
+    }
+    contexts.all.push_back(dc);
+    log_debug("rdma_cm: opened %s for connection management", device->name.c_str());
+    return dc;
+}
+
+std::vector<DeviceContext*> all_device_contexts() {
+    std::vector<DeviceContext*> all;
+    for (Device* d : usiw_devices())
+        if (DeviceContext* dc = device_context(d))
+            all.push_back(dc);
+    return all;
+}
+
+}  // namespace usiw::cm

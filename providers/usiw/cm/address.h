@@ -1,0 +1,68 @@
+// Addresses and devices: IPv4/IPv6 socket addresses, which usiw device
+// serves a local address, the source address the kernel would pick for a
+// destination, and the one ibv_context per usiw device that every rdma_cm id
+// on it shares (as librdmacm shares one per device).
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "verbs/device.h"
+
+namespace usiw::cm {
+
+// An AF_INET or AF_INET6 address with its length.
+struct SockAddr {
+    sockaddr_storage storage{};
+    socklen_t len = 0;
+
+    // nullopt unless `sa` is AF_INET or AF_INET6.
+    static std::optional<SockAddr> from(const sockaddr* sa);
+    static std::optional<SockAddr> local_of(int fd);  // getsockname
+    static std::optional<SockAddr> peer_of(int fd);   // getpeername
+    // The loopback address of `family` (127.0.0.1 or ::1), port 0.
+    static SockAddr loopback(int family);
+
+    int family() const { return storage.ss_family; }
+    const sockaddr* sa() const { return reinterpret_cast<const sockaddr*>(&storage); }
+    uint16_t port() const;  // host order
+    void set_port(uint16_t port);
+    bool is_any() const;       // 0.0.0.0 or ::
+    bool is_loopback() const;  // 127.0.0.0/8 or ::1 (IPv4-mapped included)
+    // IPv4-mapped IPv6 (::ffff:a.b.c.d) as the IPv4 address; others as they are.
+    SockAddr unmapped() const;
+    // The address as a GID (IPv4 as ::ffff:a.b.c.d), like a usiw device's GID table.
+    std::array<uint8_t, 16> gid() const;
+    std::string str() const;  // "127.0.0.1:7471", "[::1]:7471"
+};
+
+// The usiw device whose netdev owns `address` (IPv4-mapped taken as IPv4).
+// Loopback addresses belong to the device bound to a loopback netdev, or,
+// with none, to the first device whose port is active (as the kernel's
+// rdma_cm binds loopback to any active device). nullptr if none serves it.
+Device* device_for_local_address(const SockAddr& address);
+
+// The source address the kernel routes `destination` from (a connected UDP
+// socket's name; port 0). 0 or an errno value (ENETUNREACH, ...).
+int route_source(const SockAddr& destination, SockAddr* source);
+
+// One opened usiw device: the ibv_context and default PD every cm id on the
+// device shares. Opened on first use and kept for the life of the process.
+struct DeviceContext {
+    Device* device = nullptr;
+    ibv_context* verbs = nullptr;
+    ibv_pd* pd = nullptr;
+};
+
+// The shared context of `device`, opened on first use; nullptr with errno.
+DeviceContext* device_context(Device* device);
+// The shared contexts of every usiw device that opens (rdma_get_devices).
+std::vector<DeviceContext*> all_device_contexts();
+
+}  // namespace usiw::cm

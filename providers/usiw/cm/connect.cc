@@ -1,0 +1,446 @@
+// Addresses and connections of rdma_cm ids: bind, resolve, listen, connect,
+// accept, reject, disconnect. Each call validates the id's state under the
+// CM lock and hands the protocol work to connection.cc; a synchronous id
+// then waits for its event.
+#include <netinet/in.h>
+#include <netinet/ip.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+#include "cm/cm.h"
+#include "cm/connection.h"
+#include "cm/engine.h"
+#include "cm/id.h"
+#include "glue/provider.h"
+#include "verbs/log.h"
+#include "verbs/stream.h"
+
+namespace usiw::cm {
+
+// Accepts on a listening id's socket: each connection waits for its MPA
+// request on its own (connection.cc).
+class ListenerWatch final : public EngineClient {
+    static constexpr int kAcceptRetryMs = 100;
+
+  public:
+    explicit ListenerWatch(CmId* listener) : listener_(listener) {}
+
+    void on_io(uint32_t) override {
+        // A bounded batch, so one busy listener cannot starve the rest.
+        for (int i = 0; i < 64; ++i) {
+            UniqueFd fd(
+                accept4(listener_->socket.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+            if (!fd) {
+                if (errno == EINTR || errno == ECONNABORTED)
+                    continue;
+                if (errno == EAGAIN || errno == EWOULDBLOCK)
+                    return;
+                // Out of fds or memory: the pending connection stays queued
+                // and would wake us at once; pause instead of spinning.
+                log_error("rdma_cm: accept on a listening id: %s; retrying in %d ms",
+                          strerror(errno), kAcceptRetryMs);
+                Engine::get().rewatch(token, listener_->socket.get(), 0);
+                Engine::get().arm_timer(this, kAcceptRetryMs);
+                return;
+            }
+            const auto local = SockAddr::local_of(fd.get());
+            Device* device = local ? device_for_local_address(*local) : nullptr;
+            DeviceContext* dc = device ? device_context(device) : nullptr;
+            if (!dc) {
+                log_debug("rdma_cm: connection to %s dropped: no usiw device serves that address",
+                          local ? local->str().c_str() : "?");
+                continue;
+            }
+            if (listener_->tos) {
+                const int tos = *listener_->tos;
+                setsockopt(fd.get(), IPPROTO_IP, IP_TOS, &tos, sizeof tos);
+            }
+            Connection::incoming(listener_, std::move(fd), dc);
+        }
+    }
+    void on_timer() override { Engine::get().rewatch(token, listener_->socket.get(), EPOLLIN); }
+
+    uint64_t token = 0;
+
+  private:
+    CmId* listener_;
+};
+
+void stop_listening(CmId* c) {
+    if (ListenerWatch* watch = c->listener_watch) {
+        Engine::get().unwatch(&watch->token, c->socket.get());
+        Engine::get().retire(watch);
+        c->listener_watch = nullptr;
+    }
+    // Connections whose request is not in yet: the initiator sees the
+    // connection close (CONNECT_ERROR), as if the listener never answered.
+    const std::vector<Connection*> pending(c->pending.begin(), c->pending.end());
+    for (Connection* conn : pending)
+        conn->drop_pending();
+    c->pending.clear();
+}
+
+namespace {
+
+int apply_tos(int fd, int family, uint8_t tos) {
+    const int value = tos;
+    if (family == AF_INET6)
+        setsockopt(fd, IPPROTO_IPV6, IPV6_TCLASS, &value, sizeof value);
+    return setsockopt(fd, IPPROTO_IP, IP_TOS, &value, sizeof value) == 0 ? 0 : errno;
+}
+
+// Makes the id's TCP socket and binds it: the rdma_cm port is the TCP port.
+int bind_socket(CmId* c, const SockAddr& address) {
+    UniqueFd fd(socket(address.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!fd)
+        return errno;
+    // Always, as siw does: the kernel's rdma_cm port space has no
+    // TIME_WAIT, so a server restarted on its port must bind at once. Two
+    // listeners on one port still conflict (at listen()).
+    const int on = 1;
+    setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+    if (address.family() == AF_INET6 && c->afonly) {
+        const int only = *c->afonly;
+        if (setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &only, sizeof only) != 0)
+            return errno;
+    }
+    if (c->tos)
+        apply_tos(fd.get(), address.family(), *c->tos);
+    if (bind(fd.get(), address.sa(), address.len) != 0)
+        return errno;
+    const auto local = SockAddr::local_of(fd.get());
+    if (!local)
+        return errno;
+    c->socket = std::move(fd);
+    set_route(c, &*local, nullptr);
+    return 0;
+}
+
+// rdma_bind_addr with the CM lock held.
+int bind_locked(CmId* c, const SockAddr& address) {
+    if (c->state != IdState::kIdle)
+        return EINVAL;
+    if (int err = bind_socket(c, address))
+        return err;
+    if (!address.is_any()) {
+        // A specific address names the device, as the kernel's rdma_cm
+        // acquires it at bind: ENODEV if no usiw device has the address.
+        Device* device = device_for_local_address(address);
+        DeviceContext* dc = device ? device_context(device) : nullptr;
+        if (!dc) {
+            c->socket.reset();
+            return device ? errno : ENODEV;
+        }
+        attach_device(c, dc);
+    }
+    enter(&c->state, IdState::kAddrBound, c);
+    return 0;
+}
+
+// The QP a connect or accept hands the stream to: the id's own, or the one
+// the application names by number in the id's device. Only a QP that can
+// take a stream (INIT or RTR, none attached) qualifies: better to fail the
+// call than to send an MPA reply the QP then refuses.
+Qp* qp_for(CmId* c, const rdma_conn_param* param) {
+    Qp* qp = nullptr;
+    if (ibv_qp* own = c->id.qp)
+        qp = usiw_device(own->context->device) ? to_qp(own) : nullptr;
+    else if (param && c->id.verbs)
+        qp = find_qp(to_context(c->id.verbs), param->qp_num);
+    if (!qp)
+        return nullptr;
+    std::lock_guard lock(qp->state_mutex);
+    const bool ready = (qp->state == IBV_QPS_INIT || qp->state == IBV_QPS_RTR) && !qp->stream;
+    return ready ? qp : nullptr;
+}
+
+// librdmacm's ucma_valid_param.
+int check_conn_param(CmId* c, const rdma_conn_param* param) {
+    if (!c->id.qp && !param)
+        return EINVAL;
+    if (!param)
+        return 0;
+    if (param->responder_resources != RDMA_MAX_RESP_RES && param->responder_resources > kMaxOrdIrd)
+        return EINVAL;
+    if (param->initiator_depth != RDMA_MAX_INIT_DEPTH && param->initiator_depth > kMaxOrdIrd)
+        return EINVAL;
+    return 0;
+}
+
+std::span<const std::byte> private_data_of(const rdma_conn_param* param) {
+    if (!param || !param->private_data || !param->private_data_len)
+        return {};
+    return {static_cast<const std::byte*>(param->private_data), param->private_data_len};
+}
+
+bool has_queued(CmId* c, rdma_cm_event_type type) {
+    EventChannel* ch = c->channel();
+    std::lock_guard lock(ch->queue_mutex);
+    return std::any_of(ch->queue.begin(), ch->queue.end(), [c, type](const CmEvent* e) {
+        return e && e->owner == c && e->event.event == type;
+    });
+}
+
+}  // namespace
+
+int bind_addr(rdma_cm_id* id, const sockaddr* addr) {
+    const auto address = SockAddr::from(addr);
+    if (!id || !address)
+        return EINVAL;
+    std::lock_guard lock(cm_mutex());
+    return bind_locked(to_id(id), *address);
+}
+
+int resolve_addr(rdma_cm_id* id, const sockaddr* src, const sockaddr* dst, int) {
+    auto destination = SockAddr::from(dst);
+    const auto source = SockAddr::from(src);
+    if (!id || !destination || (src && !source))
+        return EINVAL;
+    CmId* c = to_id(id);
+    {
+        std::lock_guard lock(cm_mutex());
+        if (c->state == IdState::kIdle && source) {
+            if (int err = bind_locked(c, *source))
+                return err;
+        } else if (c->state != IdState::kIdle && c->state != IdState::kAddrBound) {
+            return EINVAL;
+        }
+        // The kernel's rdma_cm takes the unspecified address as loopback.
+        if (destination->is_any()) {
+            const uint16_t port = destination->port();
+            destination = SockAddr::loopback(destination->family());
+            destination->set_port(port);
+        }
+        std::optional<SockAddr> bound;
+        if (c->socket) {
+            bound = SockAddr::local_of(c->socket.get());
+            if (bound && bound->family() != destination->family())
+                return EINVAL;
+        }
+        set_route(c, nullptr, &*destination);
+
+        // Where the connection will come from: the bound address, or the
+        // one the kernel routes the destination from.
+        SockAddr local;
+        int status = 0;
+        if (bound && !bound->is_any())
+            local = *bound;
+        else
+            status = -route_source(*destination, &local);
+        DeviceContext* dc = c->device;
+        if (status == 0 && !dc) {
+            Device* device = device_for_local_address(local);
+            dc = device ? device_context(device) : nullptr;
+            if (!dc)
+                status = device ? -errno : -ENODEV;
+        }
+        if (status == 0 && !c->socket)
+            status = -bind_socket(c, local);
+        if (status != 0) {
+            log_debug("rdma_cm: no usiw route to %s: %s", destination->str().c_str(),
+                      strerror(-status));
+            if (CmEvent* e = make_event(c, RDMA_CM_EVENT_ADDR_ERROR, status))
+                deliver(e);
+        } else {
+            attach_device(c, dc);
+            local.set_port(SockAddr::local_of(c->socket.get())->port());
+            set_route(c, &local, &*destination);
+            if (c->state == IdState::kIdle)
+                enter(&c->state, IdState::kAddrBound, c);
+            enter(&c->state, IdState::kAddrResolved, c);
+            if (CmEvent* e = make_event(c, RDMA_CM_EVENT_ADDR_RESOLVED, 0))
+                deliver(e);
+        }
+    }
+    return complete_sync(c);
+}
+
+int resolve_route(rdma_cm_id* id, int) {
+    if (!id)
+        return EINVAL;
+    CmId* c = to_id(id);
+    {
+        std::lock_guard lock(cm_mutex());
+        if (c->state != IdState::kAddrResolved)
+            return EINVAL;
+        // TCP needs no path: the route is the address.
+        enter(&c->state, IdState::kRouteResolved, c);
+        if (CmEvent* e = make_event(c, RDMA_CM_EVENT_ROUTE_RESOLVED, 0))
+            deliver(e);
+    }
+    return complete_sync(c);
+}
+
+int listen(rdma_cm_id* id, int backlog) {
+    if (!id)
+        return EINVAL;
+    CmId* c = to_id(id);
+    std::lock_guard lock(cm_mutex());
+    const int depth = backlog > 0 ? std::min(backlog, SOMAXCONN) : SOMAXCONN;
+    if (c->state == IdState::kListening)
+        return ::listen(c->socket.get(), depth) == 0 ? 0 : errno;
+    if (c->state == IdState::kIdle) {
+        // As the kernel: listening unbound means any IPv4 address, any port.
+        SockAddr any = SockAddr::loopback(AF_INET);
+        reinterpret_cast<sockaddr_in&>(any.storage).sin_addr.s_addr = htonl(INADDR_ANY);
+        if (int err = bind_locked(c, any))
+            return err;
+    }
+    if (c->state != IdState::kAddrBound)
+        return EINVAL;
+    if (::listen(c->socket.get(), depth) != 0)
+        return errno;
+    auto* watch = new (std::nothrow) ListenerWatch(c);
+    if (!watch)
+        return ENOMEM;
+    watch->token = Engine::get().watch(c->socket.get(), EPOLLIN, watch);
+    if (watch->token == 0) {
+        const int err = errno;
+        delete watch;
+        return err;
+    }
+    c->listener_watch = watch;
+    enter(&c->state, IdState::kListening, c);
+    log_debug("rdma_cm: cm_id %p listening on %s", static_cast<void*>(c),
+              SockAddr::local_of(c->socket.get()).value_or(SockAddr{}).str().c_str());
+    return 0;
+}
+
+int connect(rdma_cm_id* id, const rdma_conn_param* param) {
+    if (!id)
+        return EINVAL;
+    CmId* c = to_id(id);
+    {
+        std::lock_guard lock(cm_mutex());
+        Engine::get().drain_inbox();
+        if (int err = check_conn_param(c, param))
+            return err;
+        if (c->state != IdState::kRouteResolved)
+            return EINVAL;
+        Qp* qp = qp_for(c, param);
+        if (!qp)
+            return EINVAL;
+        const uint16_t ord = param && param->initiator_depth != RDMA_MAX_INIT_DEPTH
+                                 ? param->initiator_depth
+                                 : kMaxOrdIrd;
+        const uint16_t ird = param && param->responder_resources != RDMA_MAX_RESP_RES
+                                 ? param->responder_resources
+                                 : kMaxOrdIrd;
+        if (int err = Connection::connect(c, qp, ird, ord, private_data_of(param)))
+            return err;
+        c->connect_data.clear();
+    }
+    return complete_sync(c);
+}
+
+int accept(rdma_cm_id* id, const rdma_conn_param* param) {
+    if (!id)
+        return EINVAL;
+    CmId* c = to_id(id);
+    {
+        std::lock_guard lock(cm_mutex());
+        Engine::get().drain_inbox();
+        if (int err = check_conn_param(c, param))
+            return err;
+        if (c->state != IdState::kConnectRequest || !c->conn)
+            return EINVAL;
+        Qp* qp = qp_for(c, param);
+        if (!qp)
+            return EINVAL;
+        // As librdmacm: unspecified depths take what the initiator asked,
+        // within the device's limit.
+        const uint16_t ord = !param || param->initiator_depth == RDMA_MAX_INIT_DEPTH
+                                 ? std::min<uint16_t>(c->peer_ird, kMaxOrdIrd)
+                                 : param->initiator_depth;
+        const uint16_t ird = !param || param->responder_resources == RDMA_MAX_RESP_RES
+                                 ? std::min<uint16_t>(c->peer_ord, kMaxOrdIrd)
+                                 : param->responder_resources;
+        if (int err = c->conn->accept(qp, ird, ord, private_data_of(param)))
+            return err;
+    }
+    return complete_sync(c);
+}
+
+int reject(rdma_cm_id* id, const void* private_data, uint8_t private_data_len) {
+    if (!id)
+        return EINVAL;
+    CmId* c = to_id(id);
+    std::lock_guard lock(cm_mutex());
+    if (c->state != IdState::kConnectRequest || !c->conn)
+        return EINVAL;
+    std::span<const std::byte> data;
+    if (private_data && private_data_len)
+        data = {static_cast<const std::byte*>(private_data), private_data_len};
+    return c->conn->reject(data);
+}
+
+int disconnect(rdma_cm_id* id) {
+    if (!id)
+        return EINVAL;
+    CmId* c = to_id(id);
+    bool wait = false;
+    {
+        std::lock_guard lock(cm_mutex());
+        // A QP the application destroyed reported its stream's end: see it
+        // before touching the connection.
+        Engine::get().drain_inbox();
+        switch (c->state) {
+            case IdState::kEstablished:
+            case IdState::kConnecting:
+            case IdState::kConnectRequest:
+            case IdState::kAccepting:
+                wait = c->conn && c->conn->disconnect();
+                break;
+            case IdState::kDisconnected:
+                // Already over; a synchronous id still collects its event.
+                wait = c->sync && has_queued(c, RDMA_CM_EVENT_DISCONNECTED);
+                break;
+            case IdState::kDisconnecting:
+            case IdState::kClosed:
+                break;
+            default:
+                return EINVAL;  // never connected
+        }
+    }
+    return wait ? complete_sync(c) : 0;
+}
+
+int establish(rdma_cm_id* id) {
+    if (!id || id->qp)
+        return EINVAL;
+    // iWARP has no CONNECT_RESPONSE step: the connection is established
+    // when ESTABLISHED arrives, with the QP named in rdma_connect.
+    std::lock_guard lock(cm_mutex());
+    return to_id(id)->state == IdState::kEstablished ? 0 : EINVAL;
+}
+
+int init_qp_attr(rdma_cm_id* id, ibv_qp_attr* attr, int* mask) {
+    if (!id || !attr || !mask || !id->verbs)
+        return EINVAL;
+    // What the kernel's iw_cm_init_qp_attr answers: INIT with the remote
+    // access an iWARP connection needs; RTR and RTS have nothing to set
+    // (the CM moves the QP to RTS when the stream is attached).
+    const ibv_qp_state state = attr->qp_state;
+    std::memset(attr, 0, sizeof *attr);
+    attr->qp_state = state;
+    attr->port_num = id->port_num;
+    switch (state) {
+        case IBV_QPS_INIT:
+            attr->qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+            *mask = IBV_QP_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_PORT;
+            return 0;
+        case IBV_QPS_RTR:
+        case IBV_QPS_RTS:
+            *mask = IBV_QP_PORT;
+            return 0;
+        default:
+            return EINVAL;
+    }
+}
+
+}  // namespace usiw::cm

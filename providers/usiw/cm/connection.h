@@ -1,0 +1,129 @@
+// One TCP connection of connection management, from connect() or accept()
+// until the datapath's stream on it ends: the MPA exchange (RFC 5044 /
+// RFC 6581) in both roles, its timers, the hand-over to the QP with
+// qp_attach_stream(), and the events each step gives the id. The
+// counterpart of siw's cep (siw_cm.c). All functions need the CM lock.
+//
+// Active side:  kTcpConnecting -> kSendingRequest -> kAwaitingReply
+//               -> kAttached (ESTABLISHED) -> kClosed (DISCONNECTED)
+//               or -> kClosed with REJECTED / UNREACHABLE / CONNECT_ERROR.
+// Passive side: kAwaitingRequest -> kAwaitingAccept (CONNECT_REQUEST)
+//               -> kSendingReply -> kAttached (ESTABLISHED) -> kClosed;
+//               kSendingReject -> kClosed after rdma_reject or a refused
+//               request; a request that never comes (timeout) or is not
+//               MPA is dropped silently.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "cm/engine.h"
+#include "cm/id.h"
+#include "cm/knobs.h"
+#include "cm/negotiation.h"
+#include "verbs/stream.h"
+
+namespace usiw::cm {
+
+class Connection final : public EngineClient, public StreamObserver, public InboxItem {
+  public:
+    // rdma_connect: starts the TCP connect from `id`'s bound socket to its
+    // destination; the MPA request follows. `qp` gets the stream. Returns
+    // 0 (the outcome comes as an event) or an errno value for the call.
+    static int connect(CmId* id, Qp* qp, uint16_t ird, uint16_t ord,
+                       std::span<const std::byte> private_data);
+
+    // A connection accepted on `listener`'s socket: waits for the request.
+    static void incoming(CmId* listener, UniqueFd fd, DeviceContext* device);
+
+    // rdma_accept / rdma_reject on the id that received CONNECT_REQUEST.
+    int accept(Qp* qp, uint16_t ird, uint16_t ord, std::span<const std::byte> private_data);
+    int reject(std::span<const std::byte> private_data);
+
+    // rdma_disconnect. Returns true if a DISCONNECTED event will follow.
+    bool disconnect();
+
+    // The id goes away (rdma_destroy_id): a live stream is disconnected and
+    // the connection lingers, id-less, until the datapath reports its end;
+    // anything else closes now.
+    void abandon();
+    // The QP goes away (rdma_destroy_qp): forget it.
+    void forget_qp(const Qp* qp);
+    // The listener of a connection still waiting for its request goes away.
+    void drop_pending();
+
+    ConnState state() const { return state_; }
+
+    // EngineClient
+    void on_io(uint32_t events) override;
+    void on_timer() override;
+    // StreamObserver: from a datapath thread; posts to the engine.
+    void stream_ended(Qp* qp, StreamEnd why, int error) override;
+    // InboxItem: the stream's end, under the CM lock.
+    void run_in_engine() override;
+
+  private:
+    Connection(bool active, UniqueFd fd, DeviceContext* device);
+    ~Connection() override = default;
+
+    bool enter(ConnState to) { return cm::enter(&state_, to, this); }
+    void watch(uint32_t events);
+    void close_socket();
+    void finish();  // closed and id-less: retire
+
+    // Active side.
+    void on_tcp_connected();
+    void send_request();
+    void read_reply();
+    void connect_failed(int status, const char* why, std::span<const std::byte> private_data = {});
+    void attach_active(const ReplyOutcome& outcome, std::span<const std::byte> private_data);
+
+    // Passive side.
+    void read_request();
+    void refuse_request(const char* why);
+    void send_reject();          // writes the reject frame; closes when it is out
+    int reply_sent();            // the accept reply is out: attach, ESTABLISHED; 0 or errno
+    void drop(const char* why);  // silently, before the application saw anything
+
+    // Shared.
+    enum class ReadResult {
+        kFrame,        // a whole frame is in `rx_`
+        kMore,         // wait for more bytes
+        kClosed,       // the peer closed the connection
+        kSocketError,  // `*error` says which
+        kNotMpa,       // `parsed->error` says why
+    };
+    // Reads towards one MPA frame of `kind`, never past its end.
+    ReadResult read_frame(wire::MpaKind kind, wire::MpaParseResult* parsed, int* error);
+    int write_pending();  // writes tx_; 0 when all out, EAGAIN if not yet, else errno
+    int attach(StreamParams&& params);
+
+    ConnState state_;
+    UniqueFd fd_;
+    uint64_t token_ = 0;
+    CmId* id_ = nullptr;        // the id this connection belongs to; nullptr once abandoned
+    CmId* listener_ = nullptr;  // passive, until the request is delivered
+    DeviceContext* device_;
+    MpaPolicy policy_;
+    Qp* qp_ = nullptr;
+    bool datapath_holds_ = false;  // attached; the end of the stream not yet heard
+    bool reject_waiting_ = false;  // the reject frame waits for room in the socket
+
+    std::array<std::byte, wire::kMpaMaxFrameSize> rx_{};
+    size_t rx_have_ = 0;
+    std::vector<std::byte> tx_;
+    size_t tx_sent_ = 0;
+
+    Offer offer_{};             // active: what the request said
+    RequestOutcome request_{};  // passive: what we made of the request
+    Terms terms_{};             // passive: the IRD/ORD we accepted with
+
+    // Set by stream_ended (any thread), read by run_in_engine.
+    StreamEnd end_why_ = StreamEnd::kLocalDisconnect;
+    int end_error_ = 0;
+};
+
+}  // namespace usiw::cm

@@ -1,0 +1,98 @@
+#include "cm/event_channel.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+#include "cm/id.h"
+#include "verbs/log.h"
+
+namespace usiw::cm {
+
+EventChannel* channel_create() {
+    auto* c = new (std::nothrow) EventChannel;
+    if (!c) {
+        errno = ENOMEM;
+        return nullptr;
+    }
+    // Blocking, as a librdmacm channel fd starts; the application may make
+    // it non-blocking with fcntl.
+    c->channel.fd = eventfd(0, EFD_SEMAPHORE | EFD_CLOEXEC);
+    if (c->channel.fd < 0) {
+        const int err = errno;
+        delete c;
+        errno = err;
+        return nullptr;
+    }
+    return c;
+}
+
+void channel_destroy(EventChannel* c) {
+    close(c->channel.fd);
+    for (CmEvent* e : c->queue)
+        delete e;
+    delete c;
+}
+
+void channel_push(EventChannel* c, CmEvent* event) {
+    {
+        std::lock_guard lock(c->queue_mutex);
+        c->queue.push_back(event);
+    }
+    const uint64_t one = 1;
+    if (write(c->channel.fd, &one, sizeof one) != sizeof one)
+        log_error("rdma_cm: event channel fd %d: cannot signal an event: %s", c->channel.fd,
+                  strerror(errno));
+}
+
+int channel_get(EventChannel* c, CmEvent** out) {
+    for (;;) {
+        uint64_t count;
+        if (read(c->channel.fd, &count, sizeof count) != sizeof count)
+            return errno == EWOULDBLOCK ? EAGAIN : errno;
+        std::lock_guard lock(c->queue_mutex);
+        if (c->queue.empty()) {
+            // Cannot happen: every count was pushed after its event.
+            log_error("rdma_cm: event channel fd %d: signalled with nothing queued", c->channel.fd);
+            continue;
+        }
+        CmEvent* e = c->queue.front();
+        c->queue.pop_front();
+        if (!e)
+            continue;  // withdrawn: its count is spent, look again
+        // Counted while the queue lock is held, so an rdma_destroy_id that
+        // withdraws events sees each one either still queued or counted.
+        {
+            std::lock_guard count_lock(e->owner->events_mutex);
+            ++e->owner->events_taken;
+        }
+        *out = e;
+        return 0;
+    }
+}
+
+std::deque<CmEvent*> channel_withdraw(EventChannel* c,
+                                      const std::function<bool(const CmEvent&)>& match) {
+    std::deque<CmEvent*> withdrawn;
+    std::lock_guard lock(c->queue_mutex);
+    for (CmEvent*& e : c->queue) {
+        if (e && match(*e)) {
+            withdrawn.push_back(e);
+            e = nullptr;
+        }
+    }
+    return withdrawn;
+}
+
+void event_ack(CmEvent* event) {
+    CmId* owner = event->owner;
+    delete event;
+    std::lock_guard lock(owner->events_mutex);
+    ++owner->events_acked;
+    owner->events_acked_cond.notify_all();
+}
+
+}  // namespace usiw::cm

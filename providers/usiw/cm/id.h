@@ -1,0 +1,115 @@
+// An rdma_cm_id as usiw keeps it: the public struct rdma_cm_id (first, so
+// the application's pointer converts both ways) and the connection
+// manager's state for it.
+//
+// Everything below the event counters is protected by the CM lock
+// (cm_mutex(), engine.h); the event counters by `events_mutex`, since
+// rdma_ack_cm_event must not wait for the CM.
+#pragma once
+
+#include <rdma/rdma_cma.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <unordered_set>
+#include <vector>
+
+#include "cm/address.h"
+#include "cm/event_channel.h"
+#include "cm/states.h"
+#include "cm/unique_fd.h"
+
+namespace usiw::cm {
+
+class Connection;
+class ListenerWatch;
+
+struct CmId {
+    rdma_cm_id id{};  // first: what the application holds
+
+    std::mutex events_mutex;  // protects the two counts below
+    std::condition_variable events_acked_cond;
+    uint64_t events_taken = 0;  // by rdma_get_cm_event
+    uint64_t events_acked = 0;  // by rdma_ack_cm_event
+
+    IdState state = IdState::kIdle;
+    bool sync = false;  // created without a channel: calls wait for their own event
+    DeviceContext* device = nullptr;
+
+    // The local TCP socket before a connection takes it: bound by
+    // rdma_bind_addr (or implicitly), listening after rdma_listen.
+    UniqueFd socket;
+    ListenerWatch* listener_watch = nullptr;  // while listening (the engine frees it)
+    Connection* conn = nullptr;               // the TCP connection of this id
+    // Listening: connections accepted whose MPA request is not in yet.
+    std::unordered_set<Connection*> pending;
+
+    // rdma_accept's defaults: the initiator's IRD and ORD from its request
+    // (CONNECT_REQUEST's initiator_depth and responder_resources).
+    uint16_t peer_ird = 0;
+    uint16_t peer_ord = 0;
+
+    // rdma_create_ep on a passive endpoint: the QP every rdma_get_request
+    // creates on the new id.
+    std::optional<ibv_qp_init_attr> qp_init_attr;
+    // rdma_addrinfo's ai_connect: private data put before the application's.
+    std::vector<std::byte> connect_data;
+
+    // rdma_set_option.
+    std::optional<uint8_t> tos;
+    bool reuseaddr = false;
+    std::optional<bool> afonly;
+
+    // rdma_set_local_ece / rdma_get_remote_ece: kept, never exchanged
+    // (iWARP has no ECE).
+    ibv_ece local_ece{};
+    ibv_ece remote_ece{};
+
+    EventChannel* channel() { return to_channel(id.channel); }
+};
+
+inline CmId* to_id(rdma_cm_id* id) {
+    return reinterpret_cast<CmId*>(id);
+}
+
+// --- Shared by the CM's files; all with the CM lock held. ---
+
+// A new event for `target`, status and type set, counting against
+// `target` (or `owner` if given). nullptr when memory runs out.
+CmEvent* make_event(CmId* target, rdma_cm_event_type type, int status, CmId* owner = nullptr);
+// Fills param.conn: the peer's private data and the IRD/ORD as the
+// receiving side sees them.
+void set_conn_param(CmEvent* event, std::span<const std::byte> private_data,
+                    uint16_t initiator_depth, uint16_t responder_resources);
+// Queues `event` on its owner's channel, unless the owner is going away.
+void deliver(CmEvent* event);
+
+// A new id for an incoming connection on `listener`: same channel (or its
+// own one if the listener is synchronous), context, port space and QP type.
+CmId* make_child_id(CmId* listener, DeviceContext* device);
+// Frees a child id the application never saw (its CONNECT_REQUEST was
+// withdrawn), closing its connection.
+void destroy_unseen_child(CmId* child);
+
+// The device an id works on from now on: id->verbs, id->pd (the device's
+// shared default PD, as librdmacm sets it), port 1.
+void attach_device(CmId* id, DeviceContext* device);
+// Sets the id's addresses (and the GIDs that mirror them); a null one is
+// left as it is.
+void set_route(CmId* id, const SockAddr* source, const SockAddr* destination);
+// Closes a listening id's socket and the connections still waiting for
+// their MPA request.
+void stop_listening(CmId* id);
+
+// --- Without the CM lock. ---
+
+// librdmacm's ucma_complete: for a synchronous id, acks its previous event
+// and waits for the next, which the id keeps in id->event; a failed event
+// becomes the call's errno (REJECTED: ECONNREFUSED). No-op for others.
+int complete_sync(CmId* id);
+
+}  // namespace usiw::cm

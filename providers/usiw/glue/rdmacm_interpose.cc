@@ -1,0 +1,432 @@
+// librdmacm's entry points, answered in user space for usiw devices.
+//
+// Stock librdmacm does everything through the kernel's rdma_cm
+// (/dev/infiniband/rdma_cm), which knows nothing of usiw devices. Each
+// rdma_* function is therefore defined here under the symbol version stock
+// librdmacm 44 exports it with (see usiw.map), so that with the provider
+// preloaded (`usiw run`) programs bound to librdmacm reach these first.
+//
+// When this process has usiw devices, every call is served by usiw's CM
+// (cm/cm.h) -- all ids, whatever address they use: a kernel rdma_cm id and
+// a usiw id cannot share one process yet. When it has none, every call
+// goes to the real librdmacm (dlvsym(RTLD_NEXT, name, version)), so
+// preloading usiw changes nothing for kernel RDMA devices.
+//
+// No C++ exception leaves this file: each entry point turns one into
+// ENOMEM (or EIO) in librdmacm's -1/errno convention.
+#include <dlfcn.h>
+
+#include <cerrno>
+#include <new>
+
+#include "cm/cm.h"
+
+namespace {
+
+template <typename Fn>
+Fn real(const char* name, const char* version) {
+    return reinterpret_cast<Fn>(dlvsym(RTLD_NEXT, name, version));
+}
+
+// The real librdmacm's `name`, bound once.
+#define USIW_NEXT(name, version) static const auto next = real<decltype(&name)>(#name, version)
+
+int missing() {
+    errno = ENOSYS;  // the program did not load librdmacm itself
+    return -1;
+}
+
+// Runs an errno-returning CM call in librdmacm's convention.
+// A call that succeeds leaves errno as it found it (the CM's own system
+// calls, a non-blocking connect() for one, are no business of the caller).
+template <typename Call>
+int guarded(Call&& call) noexcept {
+    const int saved_errno = errno;
+    try {
+        if (const int err = call()) {
+            errno = err;
+            return -1;
+        }
+        errno = saved_errno;
+        return 0;
+    } catch (const std::bad_alloc&) {
+        errno = ENOMEM;
+    } catch (...) {
+        errno = EIO;
+    }
+    return -1;
+}
+
+template <typename Call>
+void guarded_void(Call&& call) noexcept {
+    try {
+        call();
+    } catch (...) {
+    }
+}
+
+using usiw::cm::serving;
+namespace cm = usiw::cm;
+
+}  // namespace
+
+extern "C" {
+
+rdma_event_channel* rdma_create_event_channel(void) {
+    if (!serving()) {
+        USIW_NEXT(rdma_create_event_channel, "RDMACM_1.0");
+        return next ? next() : (missing(), nullptr);
+    }
+    rdma_event_channel* channel = nullptr;
+    return guarded([&] { return cm::create_event_channel(&channel); }) == 0 ? channel : nullptr;
+}
+
+void rdma_destroy_event_channel(rdma_event_channel* channel) {
+    if (!serving()) {
+        USIW_NEXT(rdma_destroy_event_channel, "RDMACM_1.0");
+        if (next)
+            next(channel);
+        return;
+    }
+    guarded_void([&] { cm::destroy_event_channel(channel); });
+}
+
+int rdma_create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context,
+                   rdma_port_space ps) {
+    if (!serving()) {
+        USIW_NEXT(rdma_create_id, "RDMACM_1.0");
+        return next ? next(channel, id, context, ps) : missing();
+    }
+    // As librdmacm: the port space says the QP type.
+    const ibv_qp_type qp_type = ps == RDMA_PS_IPOIB || ps == RDMA_PS_UDP ? IBV_QPT_UD : IBV_QPT_RC;
+    return guarded([&] { return cm::create_id(channel, id, context, ps, qp_type); });
+}
+
+int rdma_create_ep(rdma_cm_id** id, rdma_addrinfo* res, ibv_pd* pd,
+                   ibv_qp_init_attr* qp_init_attr) {
+    if (!serving()) {
+        USIW_NEXT(rdma_create_ep, "RDMACM_1.0");
+        return next ? next(id, res, pd, qp_init_attr) : missing();
+    }
+    return guarded([&] { return cm::create_ep(id, res, pd, qp_init_attr); });
+}
+
+void rdma_destroy_ep(rdma_cm_id* id) {
+    if (!serving()) {
+        USIW_NEXT(rdma_destroy_ep, "RDMACM_1.0");
+        if (next)
+            next(id);
+        return;
+    }
+    guarded_void([&] { cm::destroy_ep(id); });
+}
+
+int rdma_destroy_id(rdma_cm_id* id) {
+    if (!serving()) {
+        USIW_NEXT(rdma_destroy_id, "RDMACM_1.0");
+        return next ? next(id) : missing();
+    }
+    return guarded([&] { return cm::destroy_id(id); });
+}
+
+int rdma_bind_addr(rdma_cm_id* id, sockaddr* addr) {
+    if (!serving()) {
+        USIW_NEXT(rdma_bind_addr, "RDMACM_1.0");
+        return next ? next(id, addr) : missing();
+    }
+    return guarded([&] { return cm::bind_addr(id, addr); });
+}
+
+int rdma_resolve_addr(rdma_cm_id* id, sockaddr* src_addr, sockaddr* dst_addr, int timeout_ms) {
+    if (!serving()) {
+        USIW_NEXT(rdma_resolve_addr, "RDMACM_1.0");
+        return next ? next(id, src_addr, dst_addr, timeout_ms) : missing();
+    }
+    return guarded([&] { return cm::resolve_addr(id, src_addr, dst_addr, timeout_ms); });
+}
+
+int rdma_resolve_route(rdma_cm_id* id, int timeout_ms) {
+    if (!serving()) {
+        USIW_NEXT(rdma_resolve_route, "RDMACM_1.0");
+        return next ? next(id, timeout_ms) : missing();
+    }
+    return guarded([&] { return cm::resolve_route(id, timeout_ms); });
+}
+
+int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) {
+    if (!serving()) {
+        USIW_NEXT(rdma_create_qp, "RDMACM_1.0");
+        return next ? next(id, pd, qp_init_attr) : missing();
+    }
+    return guarded([&] { return cm::create_qp(id, pd, qp_init_attr); });
+}
+
+int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* qp_init_attr) {
+    if (!serving()) {
+        USIW_NEXT(rdma_create_qp_ex, "RDMACM_1.0");
+        return next ? next(id, qp_init_attr) : missing();
+    }
+    return guarded([&] { return cm::create_qp_ex(id, qp_init_attr); });
+}
+
+void rdma_destroy_qp(rdma_cm_id* id) {
+    if (!serving()) {
+        USIW_NEXT(rdma_destroy_qp, "RDMACM_1.0");
+        if (next)
+            next(id);
+        return;
+    }
+    guarded_void([&] { cm::destroy_qp(id); });
+}
+
+int rdma_create_srq(rdma_cm_id* id, ibv_pd* pd, ibv_srq_init_attr* attr) {
+    if (!serving()) {
+        USIW_NEXT(rdma_create_srq, "RDMACM_1.0");
+        return next ? next(id, pd, attr) : missing();
+    }
+    return guarded([&] { return cm::create_srq(id, pd, attr); });
+}
+
+int rdma_create_srq_ex(rdma_cm_id* id, ibv_srq_init_attr_ex* attr) {
+    if (!serving()) {
+        USIW_NEXT(rdma_create_srq_ex, "RDMACM_1.0");
+        return next ? next(id, attr) : missing();
+    }
+    return guarded([&] { return cm::create_srq_ex(id, attr); });
+}
+
+void rdma_destroy_srq(rdma_cm_id* id) {
+    if (!serving()) {
+        USIW_NEXT(rdma_destroy_srq, "RDMACM_1.0");
+        if (next)
+            next(id);
+        return;
+    }
+    guarded_void([&] { cm::destroy_srq(id); });
+}
+
+int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
+    if (!serving()) {
+        USIW_NEXT(rdma_connect, "RDMACM_1.0");
+        return next ? next(id, conn_param) : missing();
+    }
+    return guarded([&] { return cm::connect(id, conn_param); });
+}
+
+int rdma_listen(rdma_cm_id* id, int backlog) {
+    if (!serving()) {
+        USIW_NEXT(rdma_listen, "RDMACM_1.0");
+        return next ? next(id, backlog) : missing();
+    }
+    return guarded([&] { return cm::listen(id, backlog); });
+}
+
+int rdma_get_request(rdma_cm_id* listen, rdma_cm_id** id) {
+    if (!serving()) {
+        USIW_NEXT(rdma_get_request, "RDMACM_1.0");
+        return next ? next(listen, id) : missing();
+    }
+    return guarded([&] { return cm::get_request(listen, id); });
+}
+
+int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
+    if (!serving()) {
+        USIW_NEXT(rdma_accept, "RDMACM_1.0");
+        return next ? next(id, conn_param) : missing();
+    }
+    return guarded([&] { return cm::accept(id, conn_param); });
+}
+
+int rdma_reject(rdma_cm_id* id, const void* private_data, uint8_t private_data_len) {
+    if (!serving()) {
+        USIW_NEXT(rdma_reject, "RDMACM_1.0");
+        return next ? next(id, private_data, private_data_len) : missing();
+    }
+    return guarded([&] { return cm::reject(id, private_data, private_data_len); });
+}
+
+int rdma_notify(rdma_cm_id* id, ibv_event_type event) {
+    if (!serving()) {
+        USIW_NEXT(rdma_notify, "RDMACM_1.0");
+        return next ? next(id, event) : missing();
+    }
+    return guarded([&] { return cm::notify(id, event); });
+}
+
+int rdma_disconnect(rdma_cm_id* id) {
+    if (!serving()) {
+        USIW_NEXT(rdma_disconnect, "RDMACM_1.0");
+        return next ? next(id) : missing();
+    }
+    return guarded([&] { return cm::disconnect(id); });
+}
+
+// iWARP has no multicast (the kernel's rdma_cm answers ENOSYS for it).
+int rdma_join_multicast(rdma_cm_id* id, sockaddr* addr, void* context) {
+    if (!serving()) {
+        USIW_NEXT(rdma_join_multicast, "RDMACM_1.0");
+        return next ? next(id, addr, context) : missing();
+    }
+    errno = ENOSYS;
+    return -1;
+}
+
+int rdma_leave_multicast(rdma_cm_id* id, sockaddr* addr) {
+    if (!serving()) {
+        USIW_NEXT(rdma_leave_multicast, "RDMACM_1.0");
+        return next ? next(id, addr) : missing();
+    }
+    errno = EADDRNOTAVAIL;  // never joined
+    return -1;
+}
+
+int rdma_join_multicast_ex(rdma_cm_id* id, rdma_cm_join_mc_attr_ex* mc_join_attr, void* context) {
+    if (!serving()) {
+        USIW_NEXT(rdma_join_multicast_ex, "RDMACM_1.1");
+        return next ? next(id, mc_join_attr, context) : missing();
+    }
+    errno = ENOSYS;
+    return -1;
+}
+
+int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
+    if (!serving()) {
+        USIW_NEXT(rdma_get_cm_event, "RDMACM_1.0");
+        return next ? next(channel, event) : missing();
+    }
+    return guarded([&] { return cm::get_cm_event(channel, event); });
+}
+
+int rdma_ack_cm_event(rdma_cm_event* event) {
+    if (!serving()) {
+        USIW_NEXT(rdma_ack_cm_event, "RDMACM_1.0");
+        return next ? next(event) : missing();
+    }
+    return guarded([&] { return cm::ack_cm_event(event); });
+}
+
+__be16 rdma_get_src_port(rdma_cm_id* id) {
+    if (!serving()) {
+        USIW_NEXT(rdma_get_src_port, "RDMACM_1.0");
+        return next ? next(id) : 0;
+    }
+    return cm::src_port(id);
+}
+
+__be16 rdma_get_dst_port(rdma_cm_id* id) {
+    if (!serving()) {
+        USIW_NEXT(rdma_get_dst_port, "RDMACM_1.0");
+        return next ? next(id) : 0;
+    }
+    return cm::dst_port(id);
+}
+
+ibv_context** rdma_get_devices(int* num_devices) {
+    if (!serving()) {
+        USIW_NEXT(rdma_get_devices, "RDMACM_1.0");
+        return next ? next(num_devices) : (missing(), nullptr);
+    }
+    try {
+        return cm::get_devices(num_devices);
+    } catch (...) {
+        errno = ENOMEM;
+        return nullptr;
+    }
+}
+
+void rdma_free_devices(ibv_context** list) {
+    if (!serving()) {
+        USIW_NEXT(rdma_free_devices, "RDMACM_1.0");
+        if (next)
+            next(list);
+        return;
+    }
+    cm::free_devices(list);
+}
+
+const char* rdma_event_str(rdma_cm_event_type event) {
+    return cm::event_str(event);  // pure: the same text either way
+}
+
+int rdma_set_option(rdma_cm_id* id, int level, int optname, void* optval, size_t optlen) {
+    if (!serving()) {
+        USIW_NEXT(rdma_set_option, "RDMACM_1.0");
+        return next ? next(id, level, optname, optval, optlen) : missing();
+    }
+    return guarded([&] { return cm::set_option(id, level, optname, optval, optlen); });
+}
+
+int rdma_migrate_id(rdma_cm_id* id, rdma_event_channel* channel) {
+    if (!serving()) {
+        USIW_NEXT(rdma_migrate_id, "RDMACM_1.0");
+        return next ? next(id, channel) : missing();
+    }
+    return guarded([&] { return cm::migrate_id(id, channel); });
+}
+
+int rdma_getaddrinfo(const char* node, const char* service, const rdma_addrinfo* hints,
+                     rdma_addrinfo** res) {
+    if (!serving()) {
+        USIW_NEXT(rdma_getaddrinfo, "RDMACM_1.0");
+        return next ? next(node, service, hints, res) : missing();
+    }
+    try {
+        return cm::getaddrinfo(node, service, hints, res);
+    } catch (...) {
+        errno = ENOMEM;
+        return -1;
+    }
+}
+
+void rdma_freeaddrinfo(rdma_addrinfo* res) {
+    if (!serving()) {
+        USIW_NEXT(rdma_freeaddrinfo, "RDMACM_1.0");
+        if (next)
+            next(res);
+        return;
+    }
+    cm::freeaddrinfo(res);
+}
+
+int rdma_establish(rdma_cm_id* id) {
+    if (!serving()) {
+        USIW_NEXT(rdma_establish, "RDMACM_1.2");
+        return next ? next(id) : missing();
+    }
+    return guarded([&] { return cm::establish(id); });
+}
+
+int rdma_init_qp_attr(rdma_cm_id* id, ibv_qp_attr* qp_attr, int* qp_attr_mask) {
+    if (!serving()) {
+        USIW_NEXT(rdma_init_qp_attr, "RDMACM_1.2");
+        return next ? next(id, qp_attr, qp_attr_mask) : missing();
+    }
+    return guarded([&] { return cm::init_qp_attr(id, qp_attr, qp_attr_mask); });
+}
+
+int rdma_set_local_ece(rdma_cm_id* id, ibv_ece* ece) {
+    if (!serving()) {
+        USIW_NEXT(rdma_set_local_ece, "RDMACM_1.3");
+        return next ? next(id, ece) : missing();
+    }
+    return guarded([&] { return cm::set_local_ece(id, ece); });
+}
+
+int rdma_get_remote_ece(rdma_cm_id* id, ibv_ece* ece) {
+    if (!serving()) {
+        USIW_NEXT(rdma_get_remote_ece, "RDMACM_1.3");
+        return next ? next(id, ece) : missing();
+    }
+    return guarded([&] { return cm::get_remote_ece(id, ece); });
+}
+
+int rdma_reject_ece(rdma_cm_id* id, const void* private_data, uint8_t private_data_len) {
+    if (!serving()) {
+        USIW_NEXT(rdma_reject_ece, "RDMACM_1.3");
+        return next ? next(id, private_data, private_data_len) : missing();
+    }
+    // No ECE on iWARP: a plain reject.
+    return guarded([&] { return cm::reject(id, private_data, private_data_len); });
+}
+
+}  // extern "C"
