@@ -74,7 +74,8 @@ pair() {
     local sconf snet cconf cnet
     read -r sconf snet <<<"$senv"
     read -r cconf cnet <<<"$cenv"
-    local sout="$WORK/$name.server" cout="$WORK/$name.client"
+    local file=${name//[^A-Za-z0-9_.-]/_}
+    local sout="$WORK/$file.server" cout="$WORK/$file.client"
     side "$sconf" "$snet" "${sargs[@]}" >"$sout" 2>&1 &
     local spid=$!
     if ! wait_listen "$snet" "$port"; then
@@ -117,7 +118,7 @@ suite() {
         -- rping -c -v -V -C 10 -S 65536 -a "$saddr" -p $((base + 2))
     pair "$tag ucmatose" $((base + 3)) "$senv" "$cenv" \
         "test complete" "test complete" \
-        -- ucmatose -p $((base + 3)) \
+        -- ucmatose -p $((base + 3)) -c 4 -C 20 \
         -- ucmatose -s "$saddr" -p $((base + 3)) -c 4 -C 20
     pair "$tag rdma_server/rdma_client" $((base + 4)) "$senv" "$cenv" \
         "rdma_server: end 0" "rdma_client: end 0" \
@@ -134,9 +135,12 @@ suite() {
         read -r -a words <<<"$t"
         local iters=()
         [[ " $t " == *" -n "* ]] || iters=(-n 200)
-        # perftest prints its result row: size, iterations, then figures.
+        # perftest prints its result row (size, iterations, then figures);
+        # the passive side of a latency test only reports the connection.
+        local server_re="^ *[0-9]+ +[0-9]+ +[0-9.]+"
+        [[ $t == *_lat* ]] && server_re="remote address"
         pair "$tag $t" $p "$senv" "$cenv" \
-            "^ *[0-9]+ +[0-9]+ +[0-9.]+" "^ *[0-9]+ +[0-9]+ +[0-9.]+" \
+            "$server_re" "^ *[0-9]+ +[0-9]+ +[0-9.]+" \
             -- "${words[@]}" -R -F -d usiw0 -p $p "${iters[@]}" \
             -- "${words[@]}" -R -F -d usiw0 -p $p "${iters[@]}" "$saddr"
         p=$((p + 1))
@@ -155,6 +159,13 @@ if [ "$WHERE" = netns ] || [ "$WHERE" = all ]; then
         ip -n "$NS_A" addr add "$ADDR_A/24" dev va && ip -n "$NS_B" addr add "$ADDR_B/24" dev vb &&
         ip -n "$NS_A" link set va up && ip -n "$NS_B" link set vb up &&
         ip -n "$NS_A" link set lo up && ip -n "$NS_B" link set lo up; then
+        # The kernel reports a new veth operational a moment after it is set
+        # up; the usiw ports follow it.
+        for _ in $(seq 100); do
+            side "$WORK/a" "$NS_A" ibv_devinfo -d usiw0 2>/dev/null | grep -q PORT_ACTIVE &&
+                side "$WORK/b" "$NS_B" ibv_devinfo -d usiw0 2>/dev/null | grep -q PORT_ACTIVE && break
+            sleep 0.1
+        done
         suite netns "$WORK/b $NS_B" "$WORK/a $NS_A" "$ADDR_B" 22000
     else
         skip "netns: could not create the namespaces and veth pair"

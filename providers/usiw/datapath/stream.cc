@@ -156,6 +156,10 @@ void inflight_fail(Stream* s, uint64_t seq, ibv_wc_status status) {
 void stream_fail(Stream* s, StreamEnd why, int error) {
     if (s->ended.load())
         return;
+    // Work the kernel has already released (zero-copy notifications not yet
+    // collected) completes as done, not flushed.
+    if (stream_zerocopy_waiting(s))
+        stream_reap_zerocopy(s);
     Qp* qp = s->qp;
     bool ended_now = false;
     {

@@ -59,9 +59,18 @@ NlSocketPtr connect_route_socket(std::string* error) {
     return socket;
 }
 
+// A dump the kernel interrupted because the table changed under it (an
+// address finishing duplicate detection, say) is simply asked for again.
+constexpr int kDumpAttempts = 5;
+
 NlCachePtr fill_link_cache(nl_sock* socket, std::string* error) {
     nl_cache* cache = nullptr;
-    const int rc = rtnl_link_alloc_cache(socket, AF_UNSPEC, &cache);
+    int rc = 0;
+    for (int attempt = 0; attempt < kDumpAttempts; ++attempt) {
+        rc = rtnl_link_alloc_cache(socket, AF_UNSPEC, &cache);
+        if (rc != -NLE_DUMP_INTR)
+            break;
+    }
     if (rc < 0) {
         set_error(error, nl_failure("cannot list network devices", rc));
         return nullptr;
@@ -71,7 +80,12 @@ NlCachePtr fill_link_cache(nl_sock* socket, std::string* error) {
 
 NlCachePtr fill_address_cache(nl_sock* socket, std::string* error) {
     nl_cache* cache = nullptr;
-    const int rc = rtnl_addr_alloc_cache(socket, &cache);
+    int rc = 0;
+    for (int attempt = 0; attempt < kDumpAttempts; ++attempt) {
+        rc = rtnl_addr_alloc_cache(socket, &cache);
+        if (rc != -NLE_DUMP_INTR)
+            break;
+    }
     if (rc < 0) {
         set_error(error, nl_failure("cannot list network addresses", rc));
         return nullptr;
@@ -178,7 +192,9 @@ std::array<uint8_t, 6> synthetic_mac(int ifindex, const std::string& name) {
 
 }  // namespace
 
-std::optional<NetdevInfo> query_netdev(const std::string& name, std::string* error) {
+std::optional<NetdevInfo> query_netdev(const std::string& name, std::string* error, bool* missing) {
+    if (missing)
+        *missing = false;
     NlSocketPtr socket = connect_route_socket(error);
     if (!socket) {
         return std::nullopt;
@@ -190,6 +206,8 @@ std::optional<NetdevInfo> query_netdev(const std::string& name, std::string* err
     RtnlLinkPtr link(rtnl_link_get_by_name(links.get(), name.c_str()));
     if (!link) {
         set_error(error, "no network device named '" + name + "'");
+        if (missing)
+            *missing = true;
         return std::nullopt;
     }
     NetdevInfo info = describe_link(link.get());

@@ -38,7 +38,10 @@ struct NetdevInfo {
 
 // The netdev called `name` in the caller's network namespace, or nullopt
 // with `error` set (e.g. "no network device named 'eth9'").
-std::optional<NetdevInfo> query_netdev(const std::string& name, std::string* error);
+// `*missing` (if given) tells a netdev that does not exist from a failure
+// to ask (rtnetlink unavailable or busy).
+std::optional<NetdevInfo> query_netdev(const std::string& name, std::string* error,
+                                       bool* missing = nullptr);
 
 // Names of every netdev in the caller's network namespace, by ifindex.
 // Empty with `error` set if rtnetlink cannot be read.

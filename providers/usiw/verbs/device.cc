@@ -29,7 +29,11 @@ bool same_addresses(const std::vector<NetdevAddress>& a, const std::vector<Netde
 
 unsigned Device::refresh() {
     std::string error;
-    auto fresh = query_netdev(netdev, &error);
+    bool missing = false;
+    auto fresh = query_netdev(netdev, &error, &missing);
+    // A failure to ask says nothing about the port: keep what we knew.
+    if (!fresh && !missing)
+        return kNone;
     std::lock_guard lock(mutex);
     const bool was_active = netdev_present && info.port_active();
     const std::vector<NetdevAddress> old_addresses =

@@ -80,10 +80,14 @@ int check_transition(const Qp* qp, ibv_qp_state to) {
         case IBV_QPS_RESET:
         case IBV_QPS_ERR:
             return 0;
+        // A QP connection management already took to RTS stays there when
+        // an application walks it through INIT and RTR itself (rping -q):
+        // Linux siw ignores those requests, and so does usiw.
         case IBV_QPS_INIT:
-            return from == IBV_QPS_RESET || from == IBV_QPS_INIT ? 0 : EINVAL;
+            return from == IBV_QPS_RESET || from == IBV_QPS_INIT || from == IBV_QPS_RTS ? 0
+                                                                                        : EINVAL;
         case IBV_QPS_RTR:
-            return from == IBV_QPS_INIT || from == IBV_QPS_RTR ? 0 : EINVAL;
+            return from == IBV_QPS_INIT || from == IBV_QPS_RTR || from == IBV_QPS_RTS ? 0 : EINVAL;
         case IBV_QPS_RTS:
             if (from == IBV_QPS_RTS)
                 return 0;
@@ -332,7 +336,8 @@ int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
             qp->state = IBV_QPS_RESET;
             break;
         default:
-            qp->state = attr->qp_state;
+            if (qp->state != IBV_QPS_RTS)  // see check_transition: RTS stays RTS
+                qp->state = attr->qp_state;
             break;
     }
     return 0;
