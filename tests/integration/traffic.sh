@@ -116,6 +116,10 @@ suite() {
         "rdma-ping-9:" "rdma-ping-9:" \
         -- rping -s -v -V -C 10 -S 65536 -a "$saddr" -p $((base + 2)) \
         -- rping -c -v -V -C 10 -S 65536 -a "$saddr" -p $((base + 2))
+    pair "$tag rping -q (self-modified QP)" $((base + 5)) "$senv" "$cenv" \
+        "ping data: rdma-ping-9:" "ping data: rdma-ping-9:" \
+        -- rping -s -v -V -C 10 -a "$saddr" -p $((base + 5)) \
+        -- rping -c -q -v -V -C 10 -a "$saddr" -p $((base + 5))
     pair "$tag ucmatose" $((base + 3)) "$senv" "$cenv" \
         "test complete" "test complete" \
         -- ucmatose -p $((base + 3)) -c 4 -C 20 \
