@@ -20,6 +20,7 @@
 
 #include "host/device_stats.h"
 #include "host/link_config.h"
+#include "cm/knobs.h"
 #include "host/netdev.h"
 
 #ifndef USIW_INSTALLED_PROVIDER
@@ -119,6 +120,47 @@ ProviderSearch find_provider() {
 }
 
 // --- help ---
+
+// Prints `text` wrapped at 76 columns, each line indented by `indent`.
+void print_wrapped(const std::string& text, size_t indent) {
+    const size_t width = 76 - indent;
+    size_t at = 0;
+    while (at < text.size()) {
+        size_t end = std::min(text.size(), at + width);
+        if (end < text.size()) {
+            const size_t space = text.rfind(' ', end);
+            if (space != std::string::npos && space > at)
+                end = space;
+        }
+        std::printf("%*s%s\n", static_cast<int>(indent), "", text.substr(at, end - at).c_str());
+        at = end;
+        while (at < text.size() && text[at] == ' ')
+            ++at;
+    }
+}
+
+// The knobs the provider reads in the programs `usiw run` starts.
+void print_tuning() {
+    std::printf(
+        "\nTuning (read by the provider in each program, from its environment):\n"
+        "  The MPA knobs take VALUE for every device, or a comma-separated list of\n"
+        "  VALUE and DEVICE=VALUE items (e.g. USIW_MPA_CRC_REQUIRED=0,usiw1=1).\n");
+    for (const usiw::cm::KnobDoc& k : usiw::cm::knob_docs()) {
+        std::printf("  %s = %s\n", k.variable, k.values);
+        print_wrapped(k.meaning, 6);
+    }
+    std::printf("  USIW_ZCOPY = auto (default) | always | never\n");
+    print_wrapped(
+        "zero-copy transmit (MSG_ZEROCOPY) for large payloads, with each work "
+        "completion held until the kernel has released the buffer; auto stops using it "
+        "on a connection where the kernel copies anyway (loopback, veth)", 6);
+    std::printf("  USIW_ZCOPY_MIN = bytes, default 65536\n");
+    print_wrapped("the least payload in one send batch that goes out with zero copy", 6);
+    std::printf("  USIW_DEBUG = 1, or VERBS_LOG_LEVEL = 1..4\n");
+    print_wrapped(
+        "diagnostics on stderr: VERBS_LOG_LEVEL 1-3 errors, 4 or USIW_DEBUG=1 also "
+        "connection setup, TERMINATEs and state changes (silent by default)", 6);
+}
 
 void print_help() {
     const ProviderSearch provider = find_provider();
@@ -225,6 +267,7 @@ CMD's status once CMD has started.
         provider.found ? provider.found->c_str() : "PROVIDER",
         usiw::config_path(ConfigScope::kSystem).c_str(),
         usiw::config_path(ConfigScope::kUser).c_str());
+    print_tuning();
 }
 
 // --- usiw link ---
