@@ -212,5 +212,45 @@ if [[ ${#KNOWN_BUGS[@]} -gt 0 ]]; then
     done
 fi
 
+# --- rdma_cm traffic tests (test_rdmacm) ---
+#
+# The suite finds a device's IP address through
+# /sys/class/infiniband/DEV/device/net/, which a usiw device (no kernel
+# device) does not have. As root, the tests run in a private mount
+# namespace where a tmpfs over /sys/class provides just that entry, naming
+# lo; usiw itself reads no sysfs. Unprivileged runs report them skipped.
+RDMACM_RUN=(
+    test_rdmacm.CMTestCase.test_rdmacm_sync_traffic
+    test_rdmacm.CMTestCase.test_rdmacm_async_traffic
+    test_rdmacm.CMTestCase.test_rdmacm_async_read
+    test_rdmacm.CMTestCase.test_rdmacm_async_write
+    test_rdmacm.CMTestCase.test_rdmacm_async_reject_traffic
+)
+# Not run: test_rdmacm_async_udp_traffic (RDMA_PS_UDP: UD does not exist in
+# iWARP, rdma_create_id answers EPROTONOSUPPORT as for kernel siw);
+# test_rdmacm_async_traffic_external_qp (waits for
+# RDMA_CM_EVENT_CONNECT_RESPONSE, which rdma_cm produces only for
+# InfiniBand/RoCE; an iWARP connect goes straight to ESTABLISHED, as with
+# kernel siw); the three multicast tests (no multicast on iWARP; they skip
+# themselves).
+if [[ $(id -u) -eq 0 ]] && command -v unshare >/dev/null; then
+    echo "--- running ${#RDMACM_RUN[@]} rdma_cm tests (private /sys/class) ---"
+    (cd "$WORK" && env -u PYTHONPATH -u PYTHONHOME -u USIW_PROVIDER_LIB -u LD_PRELOAD \
+        USIW_CONFIG_DIR="$WORK/user" USIW_SYSTEM_CONFIG_DIR="$WORK/system" \
+        PYTHONDONTWRITEBYTECODE=1 \
+        unshare -m sh -c 'mount -t tmpfs usiw-sysfs /sys/class &&
+            mkdir -p "/sys/class/infiniband/$1/device/net/lo" && shift && exec "$@"' \
+        sh "$DEVICE" "$USIW" run "$PYTHON" "$RUNNER" "$WORK/tests" "$DEVICE" "${RDMACM_RUN[@]}") \
+        2>&1 | tee "$WORK/rdmacm.out"
+    cm_passed=$(grep -c '^PASS ' "$WORK/rdmacm.out")
+    passed=$((passed + cm_passed))
+    if [[ $cm_passed -ne ${#RDMACM_RUN[@]} ]]; then
+        failed=$((failed + ${#RDMACM_RUN[@]} - cm_passed))
+        echo "FAIL - pyverbs rdma_cm: $cm_passed of ${#RDMACM_RUN[@]} tests passed"
+    fi
+else
+    echo "skip - the rdma_cm tests need root (a private mount namespace)"
+fi
+
 echo "$passed passed, $failed failed, ${#SKIP[@]} skip-list entries, ${#KNOWN_BUGS[@]} known bugs"
 [[ $failed -eq 0 ]]

@@ -315,9 +315,19 @@ int set_option(rdma_cm_id* id, int level, int optname, void* optval, size_t optl
                 return EINVAL;  // the socket is bound already
             c->afonly = *static_cast<int*>(optval) != 0;
             return 0;
-        case RDMA_OPTION_ID_ACK_TIMEOUT:
-            // An IB CM retry timer; TCP retransmits on its own.
-            return optlen == sizeof(uint8_t) ? 0 : EINVAL;
+        case RDMA_OPTION_ID_ACK_TIMEOUT: {
+            // An IB retry timer; TCP retransmits on its own. The QP still
+            // carries the value, as the kernel's rdma_cm sets it there, so
+            // ibv_query_qp reports what the application chose.
+            if (optlen != sizeof(uint8_t))
+                return EINVAL;
+            c->ack_timeout = *static_cast<uint8_t*>(optval);
+            if (!id->qp)
+                return 0;
+            ibv_qp_attr attr{};
+            attr.timeout = *c->ack_timeout;
+            return ibv_modify_qp(id->qp, &attr, IBV_QP_TIMEOUT);
+        }
         default:
             return ENOSYS;
     }

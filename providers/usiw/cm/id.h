@@ -61,6 +61,7 @@ struct CmId {
 
     // rdma_set_option.
     std::optional<uint8_t> tos;
+    std::optional<uint8_t> ack_timeout;  // RDMA_OPTION_ID_ACK_TIMEOUT, kept on the QP
     bool reuseaddr = false;
     std::optional<bool> afonly;
 

@@ -99,6 +99,10 @@ int create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) {
     qp_attr.qp_state = IBV_QPS_INIT;
     int mask = 0;
     int err = init_qp_attr(id, &qp_attr, &mask);
+    if (const auto& timeout = to_id(id)->ack_timeout; !err && timeout) {
+        qp_attr.timeout = *timeout;
+        mask |= IBV_QP_TIMEOUT;
+    }
     if (!err)
         err = ibv_modify_qp(qp, &qp_attr, mask);
     if (err) {

@@ -119,6 +119,9 @@ struct Qp {
     uint8_t port_num = 1;
     uint8_t max_rd_atomic = 0;       // ORD: outstanding RDMA Reads we issue
     uint8_t max_dest_rd_atomic = 0;  // IRD: inbound RDMA Reads we serve
+    // Attributes with no iWARP meaning, kept so ibv_query_qp returns what
+    // the application (or rdma_cm) set: IB timers, PSNs, path and peer.
+    ibv_qp_attr ib_attrs{};
 
     // The connected TCP stream, once attached (datapath/). Set and cleared
     // under state_mutex; poll_cq reads it without, under the CQ's qps_mutex.

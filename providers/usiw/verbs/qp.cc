@@ -322,6 +322,24 @@ int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
         qp->max_rd_atomic = attr->max_rd_atomic;
     if (mask & IBV_QP_MAX_DEST_RD_ATOMIC)
         qp->max_dest_rd_atomic = attr->max_dest_rd_atomic;
+    if (mask & IBV_QP_TIMEOUT)
+        qp->ib_attrs.timeout = attr->timeout;
+    if (mask & IBV_QP_RETRY_CNT)
+        qp->ib_attrs.retry_cnt = attr->retry_cnt;
+    if (mask & IBV_QP_RNR_RETRY)
+        qp->ib_attrs.rnr_retry = attr->rnr_retry;
+    if (mask & IBV_QP_MIN_RNR_TIMER)
+        qp->ib_attrs.min_rnr_timer = attr->min_rnr_timer;
+    if (mask & IBV_QP_SQ_PSN)
+        qp->ib_attrs.sq_psn = attr->sq_psn;
+    if (mask & IBV_QP_RQ_PSN)
+        qp->ib_attrs.rq_psn = attr->rq_psn;
+    if (mask & IBV_QP_DEST_QPN)
+        qp->ib_attrs.dest_qp_num = attr->dest_qp_num;
+    if (mask & IBV_QP_PKEY_INDEX)
+        qp->ib_attrs.pkey_index = attr->pkey_index;
+    if (mask & IBV_QP_AV)
+        qp->ib_attrs.ah_attr = attr->ah_attr;
     if (!(mask & IBV_QP_STATE))
         return 0;  // e.g. perftest's MIN_RNR_TIMER alone
 
@@ -355,7 +373,15 @@ int query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int, ibv_qp_init_attr* init_attr) 
     attr->port_num = qp->port_num;
     attr->max_rd_atomic = qp->max_rd_atomic;
     attr->max_dest_rd_atomic = qp->max_dest_rd_atomic;
-    attr->dest_qp_num = 0;
+    attr->timeout = qp->ib_attrs.timeout;
+    attr->retry_cnt = qp->ib_attrs.retry_cnt;
+    attr->rnr_retry = qp->ib_attrs.rnr_retry;
+    attr->min_rnr_timer = qp->ib_attrs.min_rnr_timer;
+    attr->sq_psn = qp->ib_attrs.sq_psn;
+    attr->rq_psn = qp->ib_attrs.rq_psn;
+    attr->dest_qp_num = qp->ib_attrs.dest_qp_num;
+    attr->pkey_index = qp->ib_attrs.pkey_index;
+    attr->ah_attr = qp->ib_attrs.ah_attr;
     std::memset(init_attr, 0, sizeof *init_attr);
     init_attr->qp_context = ibqp->qp_context;
     init_attr->send_cq = ibqp->send_cq;
