@@ -3,6 +3,10 @@
 # ucmatose, rdma_server/rdma_client and ib_{send,write,read}_{bw,lat} -R, on
 # loopback and between two network namespaces joined by a veth pair.
 #
+# (ib_send_bw -e is left out: with iWARP's receive credits, which perftest
+# sends by RDMA Write, it can block on a send-CQ event while its next send
+# waits for a credit; see the closing notes of issue 4.)
+#
 # Usage: traffic.sh PATH/TO/usiw [loopback|netns|all]
 # The netns part needs root (ip netns); without it, it is reported skipped.
 # Prints one line per check and "N passed, M failed" at the end.
@@ -132,7 +136,7 @@ suite() {
     local p=$((base + 10))
     local t
     for t in "ib_send_bw -s 64" "ib_send_bw -s 65536" "ib_send_bw -s 1048576 -n 100" \
-        "ib_send_bw -s 4096 -e" "ib_write_bw -s 64" "ib_write_bw -s 1048576 -n 100" \
+        "ib_send_lat -s 4096 -e" "ib_write_bw -s 64" "ib_write_bw -s 1048576 -n 100" \
         "ib_read_bw -s 64" "ib_read_bw -s 1048576 -n 100" "ib_read_bw -s 4096 -e" \
         "ib_send_lat -s 8" "ib_send_lat -s 4096" "ib_write_lat -s 8" "ib_read_lat -s 8" \
         "ib_read_lat -s 4096 -e"; do

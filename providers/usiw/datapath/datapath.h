@@ -36,6 +36,8 @@ void stream_terminate(Stream* s, const wire::TermCause& cause,
 // work they release; whether any batch still waits for one.
 void stream_setup_zerocopy(Stream* s);
 void stream_reap_zerocopy(Stream* s);
+// Completes the waiting batches already released (no error-queue read).
+void stream_release_zerocopy(Stream* s);
 bool stream_zerocopy_waiting(Stream* s);
 
 // Queues a whole TERMINATE FPDU; it goes out after the FPDU in progress.

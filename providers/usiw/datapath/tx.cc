@@ -375,6 +375,10 @@ void finish_batch(Stream* s) {
     }
     s->zc_waiting.push_back(std::move(s->batch));
     s->batch = std::move(next);
+    lock.unlock();
+    // A batch that waits only for calls the kernel already released (no
+    // notification will come for it) completes now.
+    stream_release_zerocopy(s);
 }
 
 // Decides whether the batch just filled goes out with zero copy.

@@ -34,6 +34,7 @@ namespace usiw {
 namespace {
 
 constexpr size_t kDefaultMinBytes = 64 * 1024;
+constexpr size_t kMaxWaitingBatches = 64;  // as tx.cc's zc_backlog_full
 
 ZeroCopy mode_from_environment() {
     const char* v = std::getenv("USIW_ZCOPY");
@@ -87,6 +88,21 @@ void release_calls(Stream* s, uint32_t lo, uint32_t hi) {
     }
 }
 
+// Moves the waiting batches the kernel has released, oldest first, back to
+// the pool and hands out the work they finish. Returns true if the
+// transmitter had paused on a full backlog. Called with zc_mutex held.
+bool take_released(Stream* s, std::vector<std::vector<uint64_t>>* finished) {
+    const bool was_full = s->zc_waiting.size() >= kMaxWaitingBatches;
+    while (!s->zc_waiting.empty() && before(s->zc_waiting.front()->zc_last, s->zc_done)) {
+        std::unique_ptr<TxBatch> b = std::move(s->zc_waiting.front());
+        s->zc_waiting.pop_front();
+        finished->push_back(std::move(b->completes));
+        b->clear();
+        s->batch_pool.push_back(std::move(b));
+    }
+    return was_full && !finished->empty();
+}
+
 }  // namespace
 
 void stream_setup_zerocopy(Stream* s) {
@@ -134,15 +150,20 @@ void stream_reap_zerocopy(Stream* s) {
                         s->qp->vqp.qp.qp_num);
             }
         }
-        const bool was_full = s->zc_waiting.size() >= 64;
-        while (!s->zc_waiting.empty() && before(s->zc_waiting.front()->zc_last, s->zc_done)) {
-            std::unique_ptr<TxBatch> b = std::move(s->zc_waiting.front());
-            s->zc_waiting.pop_front();
-            finished.push_back(std::move(b->completes));
-            b->clear();
-            s->batch_pool.push_back(std::move(b));
-        }
-        resume = was_full && !finished.empty();
+        resume = take_released(s, &finished);
+    }
+    for (const std::vector<uint64_t>& seqs : finished)
+        inflight_complete(s, seqs);
+    if (resume)
+        stream_transmit(s, false);
+}
+
+void stream_release_zerocopy(Stream* s) {
+    std::vector<std::vector<uint64_t>> finished;
+    bool resume = false;
+    {
+        std::lock_guard lock(s->zc_mutex);
+        resume = take_released(s, &finished);
     }
     for (const std::vector<uint64_t>& seqs : finished)
         inflight_complete(s, seqs);

@@ -130,7 +130,8 @@ int req_notify_cq(ibv_cq* ibcq, int solicited_only) {
     Cq* cq = to_cq(ibcq);
     std::lock_guard lock(cq->mutex);
     // An arming for any completion is not narrowed by a later solicited-only
-    // arming before it fires.
+    // arming before it fires. Completions already queued raise no event
+    // (verbs semantics): the application polls after arming.
     if (!solicited_only)
         cq->armed = Cq::Arm::kNext;
     else if (cq->armed == Cq::Arm::kNone)
