@@ -17,18 +17,6 @@ namespace usiw {
 
 namespace {
 
-ibv_wc_opcode wc_opcode(ibv_wr_opcode op) {
-    switch (op) {
-        case IBV_WR_RDMA_WRITE:
-        case IBV_WR_RDMA_WRITE_WITH_IMM:
-            return IBV_WC_RDMA_WRITE;
-        case IBV_WR_RDMA_READ:
-            return IBV_WC_RDMA_READ;
-        default:
-            return IBV_WC_SEND;
-    }
-}
-
 // Delivers the completions at the front that are done. Called with
 // completion_mutex held.
 void deliver_in_order(Stream* s) {
@@ -116,7 +104,7 @@ uint64_t inflight_push(Stream* s, const SendWqe& wqe) {
     std::lock_guard lock(s->completion_mutex);
     InflightWqe w;
     w.wr_id = wqe.wr_id;
-    w.opcode = wc_opcode(wqe.opcode);
+    w.opcode = wc_opcode_for(wqe.opcode);
     w.signaled = s->qp->sq_sig_all || (wqe.send_flags & IBV_SEND_SIGNALED);
     s->inflight.push_back(w);
     return s->inflight_base + s->inflight.size() - 1;

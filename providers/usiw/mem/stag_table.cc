@@ -2,6 +2,8 @@
 
 #include <sys/random.h>
 
+#include <utility>
+
 namespace usiw {
 
 namespace {
@@ -70,29 +72,35 @@ uint32_t StagTable::add(const void* pd, uintptr_t addr, uint64_t iova, uint64_t 
     return slot.region.stag;
 }
 
+const StagTable::Slot* StagTable::find(uint32_t stag) const {
+    const uint32_t index = index_of(stag);
+    if (index == 0 || index >= slots_.size())
+        return nullptr;
+    const Slot& slot = slots_[index];
+    return slot.live && slot.key == key_of(stag) ? &slot : nullptr;
+}
+
+StagTable::Slot* StagTable::find(uint32_t stag) {
+    return const_cast<Slot*>(std::as_const(*this).find(stag));
+}
+
 bool StagTable::update(uint32_t stag, const void* pd, uintptr_t addr, uint64_t iova,
                        uint64_t length, unsigned access) {
     std::lock_guard lock(mutex_);
-    const uint32_t index = index_of(stag);
-    if (index == 0 || index >= slots_.size())
+    Slot* slot = find(stag);
+    if (!slot)
         return false;
-    Slot& slot = slots_[index];
-    if (!slot.live || slot.key != key_of(stag))
-        return false;
-    slot.region = {stag, pd, addr, iova, length, access | kAccessLocalRead};
+    slot->region = {stag, pd, addr, iova, length, access | kAccessLocalRead};
     return true;
 }
 
 bool StagTable::remove(uint32_t stag) {
     std::lock_guard lock(mutex_);
-    const uint32_t index = index_of(stag);
-    if (index == 0 || index >= slots_.size())
+    Slot* slot = find(stag);
+    if (!slot)
         return false;
-    Slot& slot = slots_[index];
-    if (!slot.live || slot.key != key_of(stag))
-        return false;
-    slot.live = false;
-    free_.push_back(index);
+    slot->live = false;
+    free_.push_back(index_of(stag));
     --live_;
     return true;
 }
@@ -104,27 +112,21 @@ size_t StagTable::size() const {
 
 StagError StagTable::invalidate(uint32_t stag, const void* pd) {
     std::lock_guard lock(mutex_);
-    const uint32_t index = index_of(stag);
-    if (index == 0 || index >= slots_.size())
+    Slot* slot = find(stag);
+    if (!slot || slot->invalidated)
         return StagError::kInvalidStag;
-    Slot& slot = slots_[index];
-    if (!slot.live || slot.invalidated || slot.key != key_of(stag))
-        return StagError::kInvalidStag;
-    if (slot.region.pd != pd)
+    if (slot->region.pd != pd)
         return StagError::kWrongPd;
-    slot.invalidated = true;
+    slot->invalidated = true;
     return StagError::kNone;
 }
 
 bool StagTable::lookup(uint32_t stag, StagRegion* out) const {
     std::lock_guard lock(mutex_);
-    const uint32_t index = index_of(stag);
-    if (index == 0 || index >= slots_.size())
+    const Slot* slot = find(stag);
+    if (!slot || slot->invalidated)
         return false;
-    const Slot& slot = slots_[index];
-    if (!slot.live || slot.invalidated || slot.key != key_of(stag))
-        return false;
-    *out = slot.region;
+    *out = slot->region;
     return true;
 }
 

@@ -75,6 +75,11 @@ class StagTable {
         uint8_t key = 0;
     };
 
+    // The live slot `stag` names (index and key), or nullptr. Called with
+    // mutex_ held.
+    Slot* find(uint32_t stag);
+    const Slot* find(uint32_t stag) const;
+
     mutable std::mutex mutex_;  // protects everything below
     std::vector<Slot> slots_;   // index 0 is never used: STag 0 is reserved
     std::vector<uint32_t> free_;

@@ -40,6 +40,8 @@ int validate_caps(const ibv_qp_cap& cap, bool has_srq) {
     return 0;
 }
 
+}  // namespace
+
 ibv_wc_opcode wc_opcode_for(ibv_wr_opcode op) {
     switch (op) {
         case IBV_WR_RDMA_WRITE:
@@ -53,6 +55,8 @@ ibv_wc_opcode wc_opcode_for(ibv_wr_opcode op) {
             return IBV_WC_SEND;
     }
 }
+
+namespace {
 
 void flush_recv(Qp* qp, const RecvWqe& wqe) {
     ibv_wc wc{};

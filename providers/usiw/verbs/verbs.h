@@ -29,6 +29,9 @@ void qp_enter_error(Qp* qp);
 // queue falls below the limit.
 bool srq_take(Srq* srq, RecvWqe* out);
 
+// The completion opcode that reports a send-queue work request.
+ibv_wc_opcode wc_opcode_for(ibv_wr_opcode op);
+
 // The ops, by object (defined in the matching .cc files).
 ibv_cq* create_cq(ibv_context* context, int cqe, ibv_comp_channel* channel, int comp_vector);
 int destroy_cq(ibv_cq* cq);
