@@ -45,6 +45,9 @@ server_client() {
     wait "$spid" || { echo "server failed:"; cat "$slog"; return 1; }
 }
 
+# The counters are shared by all your processes since boot: count this demo.
+"$usiw" stat reset usiw0
+
 section "usiw run ibv_devinfo: a usiw device next to any real ones"
 "$usiw" run ibv_devinfo -d usiw0
 
