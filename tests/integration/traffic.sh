@@ -3,9 +3,12 @@
 # ucmatose, rdma_server/rdma_client and ib_{send,write,read}_{bw,lat} -R, on
 # loopback and between two network namespaces joined by a veth pair.
 #
-# (ib_send_bw -e is left out: with iWARP's receive credits, which perftest
-# sends by RDMA Write, it can block on a send-CQ event while its next send
-# waits for a credit; see the closing notes of issue 4.)
+# (ib_send_bw -e is left out: on iWARP, which has no receiver-not-ready
+# retry, perftest paces sends with receive credits the server RDMA-Writes
+# into the client's memory. With -e the client, out of credits, sleeps in
+# ibv_get_cq_event although no send completion is pending, and a credit
+# that lands after its check never wakes it: perftest's own race, seen in
+# about one run in four here; traced by logging every post and completion.)
 #
 # Usage: traffic.sh PATH/TO/usiw [loopback|netns|all]
 # The netns part needs root (ip netns); without it, it is reported skipped.
