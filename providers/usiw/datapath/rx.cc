@@ -454,8 +454,11 @@ void receive_locked(Stream* s) {
         early.swap(s->params.received);
         receiver.feed(early);
     }
-    if (s->rx_buffer.empty())
-        s->rx_buffer.resize(kReceiveBuffer);
+    // One staging buffer per receiving thread, not per stream: feed()
+    // consumes every byte it is given (headers into the deframer, payload
+    // into place), so nothing in it outlives this call, and an idle QP costs
+    // no receive buffer.
+    thread_local std::vector<std::byte> staging(kReceiveBuffer);
     while (!s->ended.load()) {
         iovec direct[kMaxSgeRd];
         const size_t direct_count = receiver.direct_iov(direct, kMaxSgeRd);
@@ -477,12 +480,12 @@ void receive_locked(Stream* s) {
                 continue;
             }
         } else {
-            n = recv(s->fd, s->rx_buffer.data(), s->rx_buffer.size(), MSG_DONTWAIT);
+            n = recv(s->fd, staging.data(), staging.size(), MSG_DONTWAIT);
             if (n > 0) {
                 count(s->context->device->stats->rx_bytes, static_cast<uint64_t>(n));
-                if (!receiver.feed({s->rx_buffer.data(), static_cast<size_t>(n)}))
+                if (!receiver.feed({staging.data(), static_cast<size_t>(n)}))
                     break;
-                if (static_cast<size_t>(n) < s->rx_buffer.size())
+                if (static_cast<size_t>(n) < staging.size())
                     break;  // drained for now
                 continue;
             }

@@ -154,7 +154,6 @@ struct Stream {
     // Receive side.
     std::mutex rx_mutex;
     wire::Deframer deframer;
-    std::vector<std::byte> rx_buffer;
     uint32_t recv_msn = 1;  // expected MSN on queue 0
     uint32_t read_req_expected = 1;
     bool first_rx_seen = false;
