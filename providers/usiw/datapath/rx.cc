@@ -190,18 +190,14 @@ class Receiver {
     void on_read_response(const wire::SegmentHeader& h) {
         const size_t size = h.payload_size();
         OutboundRead r;
+        bool outstanding = false;
         {
             std::lock_guard lock(s_->completion_mutex);
-            if (s_->orq.empty()) {
-                r.sink_stag = 0;
-                r.inflight_seq = 0;
-                r.size = 0;
-                r.received = 1;  // marks "no outstanding read" below
-            } else {
+            outstanding = !s_->orq.empty();
+            if (outstanding)
                 r = s_->orq.front();
-            }
         }
-        if (r.received > r.size)
+        if (!outstanding)
             return fault(term::kUnexpectedOpcode, "Read Response without an outstanding Read");
         if (h.stag != r.sink_stag)
             return fault(term::kTaggedInvalidStag, "Read Response to another STag");
@@ -308,11 +304,11 @@ class Receiver {
         bool over_ird = false;
         {
             std::lock_guard lock(s_->completion_mutex);
-            over_ird = s_->reads_unanswered >= std::max<uint16_t>(s_->params.ird, 1);
-            if (!over_ird) {
+            // The inbound read queue holds every read accepted and not yet
+            // fully answered: its length is what IRD bounds.
+            over_ird = s_->irq.size() >= std::max<uint16_t>(s_->params.ird, 1);
+            if (!over_ird)
                 s_->irq.push_back({r.sink_stag, r.sink_to, r.read_size, 0, source, r.source_stag});
-                ++s_->reads_unanswered;
-            }
         }
         if (over_ird)
             return fault(term::kStreamCatastrophic, "more Read Requests than the negotiated IRD");

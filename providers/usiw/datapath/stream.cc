@@ -68,10 +68,8 @@ void flush_inflight(Stream* s, bool keep_inbound_reads) {
         if (r.mapped)
             s->context->stags.remove(r.sink_stag);
     s->orq.clear();
-    if (!keep_inbound_reads) {
+    if (!keep_inbound_reads)
         s->irq.clear();
-        s->reads_unanswered = 0;
-    }
 }
 
 // Marks the stream ended and flushes what is in flight (completing it when

@@ -105,6 +105,10 @@ struct TxBatch {
     }
 };
 
+// Batches that may wait for zero-copy notifications at once; past this the
+// transmitter pauses until the kernel releases some.
+inline constexpr size_t kMaxWaitingBatches = 64;
+
 // Zero-copy policy of a stream (USIW_ZCOPY): never; auto, which stops using
 // it on a stream once the kernel reports it copied anyway (loopback, veth);
 // always.
@@ -191,7 +195,6 @@ struct Stream {
     uint64_t inflight_base = 0;  // sequence number of inflight.front()
     std::deque<OutboundRead> orq;
     std::deque<InboundRead> irq;
-    uint32_t reads_unanswered = 0;  // inbound reads accepted but not fully answered
 };
 
 }  // namespace usiw

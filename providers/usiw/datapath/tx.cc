@@ -80,7 +80,6 @@ bool add_read_response(Stream* s) {
     std::lock_guard lock(s->completion_mutex);
     if (h.last) {
         s->irq.pop_front();
-        --s->reads_unanswered;
     } else {
         s->irq.front().sent += static_cast<uint32_t>(size);
     }
@@ -257,7 +256,7 @@ void add_rtr(Stream* s) {
 }
 
 // Fills the batch from the read responses owed, the current message and
-// the send queue. Returns false when nothing more can be added now.
+// the send queue, as far as there is room and work that may start now.
 void fill_batch(Stream* s, bool direct) {
     if (s->rtr_pending) {
         add_rtr(s);
@@ -418,7 +417,6 @@ bool tx_drained(Stream* s) {
 // Too many batches wait for zero-copy notifications: memory stays pinned
 // and completions late, so transmission pauses until the kernel catches up.
 bool zc_backlog_full(Stream* s) {
-    constexpr size_t kMaxWaitingBatches = 64;
     std::lock_guard lock(s->zc_mutex);
     return s->zc_waiting.size() >= kMaxWaitingBatches;
 }

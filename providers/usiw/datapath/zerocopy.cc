@@ -34,7 +34,6 @@ namespace usiw {
 namespace {
 
 constexpr size_t kDefaultMinBytes = 64 * 1024;
-constexpr size_t kMaxWaitingBatches = 64;  // as tx.cc's zc_backlog_full
 
 ZeroCopy mode_from_environment() {
     const char* v = std::getenv("USIW_ZCOPY");
