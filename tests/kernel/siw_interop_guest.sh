@@ -1,0 +1,207 @@
+#!/usr/bin/env bash
+# Runs INSIDE the qemu guest (scripts/qemu/guest.sh run): usiw against the
+# Linux kernel's siw, in both directions, over a veth pair.
+#
+#   init namespace: veth end va, 192.0.2.1, kernel siw device siw0
+#   namespace usiw: veth end vb, 192.0.2.2, usiw device usiw0
+#
+# For each direction (usiw client -> siw server, siw client -> usiw server):
+# stock rping with verification, ib_send_bw/ib_write_bw/ib_read_bw -R, and
+# tests/kernel/iwarp_peer (SEND, WRITE and 3-SGE READ byte-checked, private
+# data, reject, orderly disconnect, TERMINATE provoked and handled). Then
+# the usiw side's MPA settings siw can meet: CRC on, each RTR type siw
+# answers, no RTR, MPA revision 1.
+#
+# Every check's traffic is captured on va into the share's captures/
+# directory and listed in captures/manifest ("NAME [terminate]"); the host
+# side (siw_interop.sh) decodes them with tshark after the guest ends, which
+# is many times faster than tshark under emulation.
+#
+# Usage (in the guest): siw_interop_guest.sh BUILD_DIR
+set -u
+BUILD=${1:?usage: siw_interop.sh BUILD_DIR}
+USIW=$BUILD/bin/usiw
+PEER=$BUILD/tests/kernel/iwarp_peer
+NS=usiw
+SIW_ADDR=192.0.2.1     # RFC 5737 test addresses, only inside this guest
+USIW_ADDR=192.0.2.2
+WORK=$(mktemp -d /tmp/interop.XXXXXX)
+CAPTURES=${USIW_GUEST_SHARE:?run this in the guest (scripts/qemu/guest.sh)}/captures
+START=$(date +%s)
+passed=0
+failed=0
+
+elapsed() { echo "[$(($(date +%s) - START)) s]"; }
+ok() { echo "PASS: $1 $(elapsed)"; passed=$((passed + 1)); }
+bad() { echo "FAIL: $1 $(elapsed)"; failed=$((failed + 1)); }
+# show WHO FILE: the end of a program's output, long lines cut.
+show() { tail -n 8 "$2" | cut -c1-160 | sed "s/^/  $1: /"; }
+
+die() { echo "siw_interop: $*"; exit 1; }
+
+setup() {
+    local m
+    for m in ib_core ib_uverbs rdma_ucm iw_cm libcrc32c veth; do
+        modprobe "$m" || die "modprobe $m failed"
+    done
+    insmod "$USIW_GUEST_SIW_KO" || die "insmod $USIW_GUEST_SIW_KO failed"
+    ip netns add "$NS" &&
+        ip link add va type veth peer name vb netns "$NS" &&
+        ip addr add "$SIW_ADDR/24" dev va && ip link set va up &&
+        ip -n "$NS" addr add "$USIW_ADDR/24" dev vb && ip -n "$NS" link set vb up &&
+        ip -n "$NS" link set lo up || die "cannot set up the veth pair"
+    rdma link add siw0 type siw netdev va || die "rdma link add siw0 failed"
+    # Under emulation the receive backlog overflows easily; TCP recovers,
+    # but every drop costs a retransmission timeout.
+    sysctl -qw net.core.netdev_max_backlog=100000
+
+    mkdir -p "$WORK/conf" "$CAPTURES"
+    : >"$CAPTURES/manifest"
+    echo "usiw0 netdev vb" >"$WORK/conf/links"
+    # Both veth ends report carrier a moment after coming up.
+    for _ in $(seq 50); do
+        ip -n "$NS" -br link show vb | grep -q LOWER_UP && break
+        sleep 0.2
+    done
+}
+
+# on_siw CMD...: CMD over kernel siw (init namespace, no preload).
+on_siw() { timeout 180 "$@"; }
+# on_usiw CMD...: CMD under `usiw run` in the usiw namespace; MPA settings
+# come from the USIW_MPA_* variables in the environment.
+on_usiw() {
+    USIW_CONFIG_DIR=$WORK/conf USIW_SYSTEM_CONFIG_DIR=$WORK/conf \
+        ip netns exec "$NS" timeout 180 "$USIW" run "$@"
+}
+
+wait_listen() {  # NETNS PORT
+    local prefix=()
+    [ -n "$1" ] && prefix=(ip netns exec "$1")
+    for _ in $(seq 150); do
+        "${prefix[@]}" ss -Hltn "sport = :$2" 2>/dev/null | grep -q . && return 0
+        sleep 0.2
+    done
+    return 1
+}
+
+# Captures va during one check, TCP only (no ARP or IPv6 noise), with a
+# large buffer: under emulation dumpcap is easily late.
+capture_start() {  # NAME
+    dumpcap -B 256 -i va -f tcp -w "$CAPTURES/$1.pcapng" >"$WORK/$1.dumpcap" 2>&1 &
+    capture_pid=$!
+    for _ in $(seq 100); do
+        grep -q "Capturing on" "$WORK/$1.dumpcap" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    echo "  dumpcap did not start: $(cat "$WORK/$1.dumpcap")"
+}
+capture_stop() {
+    sleep 0.5
+    kill -INT "$capture_pid" 2>/dev/null
+    wait "$capture_pid" 2>/dev/null
+}
+
+# pair NAME DIRECTION SERVER_REGEX CLIENT_REGEX [terminate] -- SERVER_ARGS -- CLIENT_ARGS
+# DIRECTION: usiw-siw (usiw client, siw server) or siw-usiw. The server's
+# address is appended to nothing: callers put it in the arguments.
+pair() {
+    local name=$1 dir=$2 sre=$3 cre=$4 want=""
+    shift 4
+    [ "$1" = terminate ] && { want=terminate; shift; }
+    [ "$1" = -- ] && shift
+    local sargs=() cargs=()
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do sargs+=("$1"); shift; done
+    shift
+    cargs=("$@")
+    local server client snet="" port=${PORT:-18515}
+    if [ "$dir" = usiw-siw ]; then server=on_siw; client=on_usiw
+    else server=on_usiw; client=on_siw; snet=$NS; fi
+    local tag=${name// /_}
+    tag=${tag//=/-}
+    capture_start "$tag"
+    $server "${sargs[@]}" >"$WORK/$tag.server" 2>&1 &
+    local spid=$!
+    if ! wait_listen "$snet" "$port"; then
+        kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null; capture_stop
+        bad "$name: the server never listened"; show server "$WORK/$tag.server"
+        return
+    fi
+    $client "${cargs[@]}" >"$WORK/$tag.client" 2>&1
+    local crc=$?
+    wait "$spid"
+    local src=$?
+    capture_stop
+    echo "$tag $want" >>"$CAPTURES/manifest"
+    if [ $crc -eq 0 ] && [ $src -eq 0 ] && grep -Eq "$sre" "$WORK/$tag.server" &&
+        grep -Eq "$cre" "$WORK/$tag.client"; then
+        ok "$name"
+        grep -hE '^(initiator|target|rejected)' "$WORK/$tag.server" "$WORK/$tag.client" | sed 's/^/  /'
+    else
+        bad "$name (server exit $src, client exit $crc)"
+        show server "$WORK/$tag.server"
+        show client "$WORK/$tag.client"
+    fi
+}
+
+# The four iwarp_peer scenarios in direction DIR, labelled LABEL.
+peer_scenarios() {  # DIR LABEL
+    local dir=$1 label=$2 addr
+    [ "$dir" = usiw-siw ] && addr=$SIW_ADDR || addr=$USIW_ADDR
+    # usiw's end must READ into three SGEs (technique 1); siw's into one.
+    local usiw_data='data: 3 rounds verified .* 3-SGE READ' siw_data='data: 3 rounds verified'
+    local sre=$siw_data cre=$usiw_data
+    [ "$dir" = siw-usiw ] && { sre=$usiw_data; cre=$siw_data; }
+    PORT=18515 pair "$label iwarp_peer data" "$dir" "$sre" "$cre" \
+        -- "$PEER" --server "$addr" 18515 data -- "$PEER" --client "$addr" 18515 data
+    PORT=18515 pair "$label iwarp_peer reject" "$dir" 'reject: verified' 'rejected with status' \
+        -- "$PEER" --server "$addr" 18515 reject -- "$PEER" --client "$addr" 18515 reject
+    local s
+    for s in terminate-write terminate-read; do
+        PORT=18515 pair "$label iwarp_peer $s" "$dir" 'memory untouched' 'completed with' terminate \
+            -- "$PEER" --server "$addr" 18515 "$s" -- "$PEER" --client "$addr" 18515 "$s"
+    done
+}
+
+stock_tools() {  # DIR LABEL
+    local dir=$1 label=$2 addr t
+    [ "$dir" = usiw-siw ] && addr=$SIW_ADDR || addr=$USIW_ADDR
+    local sdev=siw0 cdev=usiw0
+    [ "$dir" = siw-usiw ] && { sdev=usiw0; cdev=siw0; }
+    PORT=7174 pair "$label rping -V" "$dir" 'server ping data: rdma-ping-19' 'ping data: rdma-ping-19' \
+        -- rping -s -a "$addr" -p 7174 -v -V -C 20 -S 4000 \
+        -- rping -c -a "$addr" -p 7174 -v -V -C 20 -S 4000
+
+    for t in ib_send_bw ib_write_bw ib_read_bw; do
+        PORT=18600 pair "$label $t -R" "$dir" '^ *65536 +200 ' '^ *65536 +200 ' \
+            -- "$t" -R -F -d "$sdev" -p 18600 -s 65536 -n 200 \
+            -- "$t" -R -F -d "$cdev" -p 18600 -s 65536 -n 200 "$addr"
+    done
+}
+
+setup
+echo "siw_interop: $(uname -r), siw from $(basename "$USIW_GUEST_SIW_KO"), $(rdma link | head -n 1)"
+
+for dir in usiw-siw siw-usiw; do
+    stock_tools "$dir" "$dir"
+    peer_scenarios "$dir" "$dir"
+done
+
+# The usiw side's MPA settings against siw. siw 6.1's own are fixed (rev 2,
+# CRC only when the initiator asks, never RTR as initiator, answers a
+# peer-to-peer request with WRITE or READ RTR).
+for setting in USIW_MPA_CRC_REQUIRED=1 USIW_MPA_RTR=read USIW_MPA_RTR=none USIW_MPA_REVISION=1; do
+    export "${setting?}"
+    PORT=18515 pair "usiw-siw $setting iwarp_peer data" usiw-siw 'data: 3 rounds verified' \
+        'data: 3 rounds verified' \
+        -- "$PEER" --server "$SIW_ADDR" 18515 data -- "$PEER" --client "$SIW_ADDR" 18515 data
+    unset "${setting%%=*}"
+done
+# CRC when usiw answers: siw's initiator takes the responder's C bit.
+export USIW_MPA_CRC_REQUIRED=1
+PORT=18515 pair "siw-usiw USIW_MPA_CRC_REQUIRED=1 iwarp_peer data" siw-usiw 'data: 3 rounds verified' \
+    'data: 3 rounds verified' \
+    -- "$PEER" --server "$USIW_ADDR" 18515 data -- "$PEER" --client "$USIW_ADDR" 18515 data
+unset USIW_MPA_CRC_REQUIRED
+
+echo "siw_interop: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
