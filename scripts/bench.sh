@@ -121,8 +121,9 @@ measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
     for test in ib_write_bw ib_send_bw ib_read_bw; do
         for size in 64 4096 65536 1048576; do
             r=$(perftest_row "$sconf" "$snet" "$cconf" "$cnet" "$addr" "$test" -s "$size" -D "$seconds")
-            # columns: bytes iterations peak average(MB/s) msgrate(Mpps)
-            gbps=$(awk '{printf "%.2f", $4 * 8 / 1000}' <<<"$r")
+            # columns: bytes iterations peak average(MB/s) msgrate(Mpps);
+            # perftest's MB is 2^20 bytes (MiB), iperf3's Gbit is 10^9 bits.
+            gbps=$(awk '{printf "%.2f", $4 * 1048576 * 8 / 1e9}' <<<"$r")
             row "$path" "$test" "$size" Gbit/s "$gbps" "$tcp_gbps"
             [ "$size" = 64 ] && row "$path" "$test" "$size" Mmsg/s "$(awk '{print $5}' <<<"$r")" ""
         done
