@@ -17,7 +17,8 @@
 #
 # Usage: scripts/bench.sh [--quick] [loopback|netns|all]
 #   --quick   shorter runs (for a smoke test of the script itself)
-# Output: build/bench/results.csv, build/bench/results.png
+# Output: build/bench/results.csv, build/bench/results.png, and the output
+# of every program run (with its CPU time) in build/bench/logs/
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -27,7 +28,7 @@ for arg in "$@"; do
     case $arg in
         --quick) quick=1 ;;
         loopback | netns | all) where=$arg ;;
-        -h | --help) sed -n '2,22p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,23p' "$0"; exit 0 ;;
         *) echo "bench.sh: unknown argument '$arg'" >&2; exit 2 ;;
     esac
 done
@@ -52,6 +53,9 @@ connrate=$top/build/bin/usiw_connrate
 out=$top/build/bench
 mkdir -p "$out"
 csv=$out/results.csv
+logs=$out/logs
+rm -rf "$logs"
+mkdir -p "$logs"
 seconds=$([ $quick -eq 1 ] && echo 2 || echo 5)
 connections=$([ $quick -eq 1 ] && echo 200 || echo 2000)
 work=$(mktemp -d)
@@ -101,19 +105,21 @@ per_gib() {
 }
 
 # Raw TCP throughput (iperf3, one stream): prints Gbit/s and the CPU
-# seconds per GiB of both ends.
-iperf_run() {  # SERVER_NS CLIENT_NS ADDR
-    rm -f "$work/cpu.server" "$work/cpu.client"
-    in_ns "$1" "${cputime[@]}" "$work/cpu.server" iperf3 -s -1 -p 5301 -B "$3" >/dev/null 2>&1 &
+# seconds per GiB of both ends. LOG.* keep what each end said.
+iperf_run() {  # LOG SERVER_NS CLIENT_NS ADDR
+    local log=$1
+    shift
+    in_ns "$1" "${cputime[@]}" "$log.cpu-server" iperf3 -s -1 -p 5301 -B "$3" \
+        >"$log.server" 2>&1 &
     wait_listen "$1" 5301
-    in_ns "$2" "${cputime[@]}" "$work/cpu.client" iperf3 -c "$3" -p 5301 -t "$seconds" -J \
-        >"$work/iperf.json"
+    in_ns "$2" "${cputime[@]}" "$log.cpu-client" iperf3 -c "$3" -p 5301 -t "$seconds" -J \
+        >"$log.client.json"
     wait
     local gbps bytes
     read -r gbps bytes < <(/usr/bin/python3 -c 'import json,sys
 end = json.load(open(sys.argv[1]))["end"]["sum_received"]
-print("%.2f %d" % (end["bits_per_second"] / 1e9, end["bytes"]))' "$work/iperf.json")
-    echo "$gbps $(per_gib "$(cpu_sum "$work/cpu.server" "$work/cpu.client")" "$bytes")"
+print("%.2f %d" % (end["bits_per_second"] / 1e9, end["bytes"]))' "$log.client.json")
+    echo "$gbps $(per_gib "$(cpu_sum "$log.cpu-server" "$log.cpu-client")" "$bytes")"
 }
 
 # Raw TCP ping-pong latency in usec (sockperf: half the round trip; it
@@ -143,56 +149,68 @@ sockperf_mmsgs() {  # SERVER_NS CLIENT_NS ADDR
 
 # Connections per second (usiw_connrate, one connection after another):
 # rdma_cm under usiw, or with --tcp plain TCP (without usiw).
-connrate_run() {  # SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR [--tcp]
-    local sconf=$1 snet=$2 cconf=$3 cnet=$4 addr=$5
-    shift 5
+connrate_run() {  # LOG SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR [--tcp]
+    local log=$1 sconf=$2 snet=$3 cconf=$4 cnet=$5 addr=$6
+    shift 6
     local run=("$usiw" run)
     [ "${1:-}" = --tcp ] && run=()
     USIW_CONFIG_DIR=$sconf USIW_SYSTEM_CONFIG_DIR=$sconf \
         in_ns "$snet" timeout 120 "${run[@]}" "$connrate" server "$@" -p 18610 \
-        -n "$connections" "$addr" >"$work/connrate.server" 2>&1 &
+        -n "$connections" "$addr" >"$log.server" 2>&1 &
     local spid=$! client_rc=0 server_rc=0
     wait_listen "$snet" 18610 || echo "bench.sh: usiw_connrate $*: no server after 10 s" >&2
     USIW_CONFIG_DIR=$cconf USIW_SYSTEM_CONFIG_DIR=$cconf \
         in_ns "$cnet" timeout 120 "${run[@]}" "$connrate" client "$@" -p 18610 \
-        -n "$connections" "$addr" >"$work/connrate.client" 2>&1 || client_rc=$?
+        -n "$connections" "$addr" >"$log.client" 2>&1 || client_rc=$?
     wait "$spid" || server_rc=$?
     if [ "$client_rc" -ne 0 ] || [ "$server_rc" -ne 0 ]; then
         echo "bench.sh: usiw_connrate $* failed (client exit $client_rc," \
             "server exit $server_rc):" >&2
-        cat "$work/connrate.client" "$work/connrate.server" >&2
+        cat "$log.client" "$log.server" >&2
         return 0
     fi
-    sed -n 's/.* \([0-9.]*\) connections\/s.*/\1/p' "$work/connrate.client"
+    sed -n 's/.* \([0-9.]*\) connections\/s.*/\1/p' "$log.client"
 }
 
 # One perftest pair under usiw; prints the client's result row followed by
 # one more field: the CPU seconds (user + system) of both ends together.
 # Prints nothing when the client gave no result row (and says why on
-# stderr).
-perftest_row() {  # SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR TEST ARGS...
-    local sconf=$1 snet=$2 cconf=$3 cnet=$4 addr=$5 test=$6
-    shift 6
-    rm -f "$work/cpu.server" "$work/cpu.client"
+# stderr). LOG.* keep what each end said and its CPU time.
+perftest_row() {  # LOG SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR TEST ARGS...
+    local log=$1 sconf=$2 snet=$3 cconf=$4 cnet=$5 addr=$6 test=$7
+    shift 7
     USIW_CONFIG_DIR=$sconf USIW_SYSTEM_CONFIG_DIR=$sconf \
-        in_ns "$snet" "${cputime[@]}" "$work/cpu.server" \
+        in_ns "$snet" "${cputime[@]}" "$log.cpu-server" \
         timeout 120 "$usiw" run "$test" -R -F -d usiw0 -p 18600 "$@" \
-        >"$work/perftest.server" 2>&1 &
+        >"$log.server" 2>&1 &
     wait_listen "$snet" 18600 || echo "bench.sh: $test $*: no server after 10 s" >&2
     USIW_CONFIG_DIR=$cconf USIW_SYSTEM_CONFIG_DIR=$cconf \
-        in_ns "$cnet" "${cputime[@]}" "$work/cpu.client" \
+        in_ns "$cnet" "${cputime[@]}" "$log.cpu-client" \
         timeout 120 "$usiw" run "$test" -R -F -d usiw0 -p 18600 "$@" "$addr" \
-        >"$work/perftest.client" 2>&1 || true
+        >"$log.client" 2>&1 || true
     wait || true
     local r
-    r=$(grep -E '^ *[0-9]+ +[0-9]+ +[0-9.]+' "$work/perftest.client" | tail -n 1) || true
+    r=$(grep -E '^ *[0-9]+ +[0-9]+ +[0-9.]+' "$log.client" | tail -n 1) || true
     if [ -z "$r" ]; then
         echo "bench.sh: $test $* gave no result; the client and the server said:" >&2
-        tail -n 8 "$work/perftest.client" "$work/perftest.server" "$work/cpu.client" \
-            "$work/cpu.server" >&2 || true
+        tail -n 8 "$log.client" "$log.server" "$log.cpu-client" \
+            "$log.cpu-server" >&2 || true
         return 0
     fi
-    echo "$r $(cpu_sum "$work/cpu.server" "$work/cpu.client" || true)"
+    echo "$r $(cpu_sum "$log.cpu-server" "$log.cpu-client" || true)"
+}
+
+# perftest_bytes ROW: the bytes a -D run moved, from its result row:
+# iterations x size. In a sound run that equals average MiB/s x duration;
+# when the two differ by more than 10% it says so and uses the latter.
+perftest_bytes() {
+    awk -v seconds="$seconds" '{ counted = $1 * $2; timed = $4 * 1048576 * seconds
+        if (counted < 0.9 * timed || counted > 1.1 * timed) {
+            printf "bench.sh: %d iterations of %d bytes do not match %.2f MiB/s for %d s;" \
+                " using the latter\n", $2, $1, $4, seconds > "/dev/stderr"
+            counted = timed
+        }
+        printf "%.0f", counted }' <<<"$1"
 }
 
 row() {  # PATH TEST SIZE METRIC USIW RAW
@@ -208,7 +226,7 @@ row() {  # PATH TEST SIZE METRIC USIW RAW
 measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
     local path=$1 sconf=$2 snet=$3 cconf=$4 cnet=$5 addr=$6
     local tcp_gbps tcp_cpu lat8 lat4k mmsgs r
-    r=$(iperf_run "$snet" "$cnet" "$addr")
+    r=$(iperf_run "$logs/$path-iperf3" "$snet" "$cnet" "$addr")
     read -r tcp_gbps tcp_cpu <<<"$r"
     # sockperf's smallest message is 14 bytes: the reference for 8-byte RDMA.
     lat8=$(sockperf_usec "$snet" "$cnet" "$addr" 14)
@@ -221,7 +239,8 @@ measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
     local test size gbps
     for test in ib_write_bw ib_send_bw ib_read_bw; do
         for size in 64 4096 65536 1048576; do
-            r=$(perftest_row "$sconf" "$snet" "$cconf" "$cnet" "$addr" "$test" -s "$size" -D "$seconds")
+            r=$(perftest_row "$logs/$path-$test-$size" "$sconf" "$snet" "$cconf" "$cnet" "$addr" \
+                "$test" -s "$size" -D "$seconds")
             # columns: bytes iterations peak average(MB/s) msgrate(Mpps)
             # cpu_seconds; perftest's MB is 2^20 bytes (MiB), iperf3's Gbit
             # is 10^9 bits.
@@ -231,15 +250,15 @@ measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
                 row "$path" "$test" "$size" Mmsg/s "$(awk '{print $5}' <<<"$r")" "$mmsgs"
             fi
             if [ "$size" -ge 65536 ]; then
-                # bytes moved: size x iterations
                 row "$path" "$test" "$size" cpu_s/GiB "$(per_gib "$(awk '{ print $6 }' <<<"$r")" \
-                    "$(awk '{ printf "%.0f", $1 * $2 }' <<<"$r")")" "$tcp_cpu"
+                    "$(perftest_bytes "$r")")" "$tcp_cpu"
             fi
         done
     done
     for test in ib_write_lat ib_send_lat ib_read_lat; do
         for size in 8 4096; do
-            r=$(perftest_row "$sconf" "$snet" "$cconf" "$cnet" "$addr" "$test" -s "$size" -n $((quick ? 2000 : 20000)))
+            r=$(perftest_row "$logs/$path-$test-$size" "$sconf" "$snet" "$cconf" "$cnet" "$addr" \
+                "$test" -s "$size" -n $((quick ? 2000 : 20000)))
             # columns: bytes iterations t_min t_max t_typical t_avg ...
             local raw=$lat8
             [ "$size" = 4096 ] && raw=$lat4k
@@ -247,9 +266,10 @@ measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
         done
     done
     local tcp_conns
-    tcp_conns=$(connrate_run "$sconf" "$snet" "$cconf" "$cnet" "$addr" --tcp)
-    row "$path" usiw_connrate - conn/s \
-        "$(connrate_run "$sconf" "$snet" "$cconf" "$cnet" "$addr")" "$tcp_conns"
+    tcp_conns=$(connrate_run "$logs/$path-connrate-tcp" "$sconf" "$snet" "$cconf" "$cnet" \
+        "$addr" --tcp)
+    row "$path" usiw_connrate - conn/s "$(connrate_run "$logs/$path-connrate-rdma_cm" \
+        "$sconf" "$snet" "$cconf" "$cnet" "$addr")" "$tcp_conns"
 }
 
 printf '%-9s %-13s %9s  %-9s %12s %12s %7s\n' path test bytes metric usiw raw-TCP ratio

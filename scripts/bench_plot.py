@@ -147,10 +147,10 @@ def ratio_panel(script, table, paths, title, categories):
         "set xtics rotate by -35 left",
         f"set xrange [-0.6:{len(categories) - 0.4}]",
         "set ylabel 'usiw / raw TCP (log scale)'",
-        "set key top left horizontal",
+        "set key top left vertical",
         "set logscale y",
         # Room above the highest bar (and the line at 1) for the key.
-        f"set yrange [{min(values) / 2}:{max(values) * 6}]",
+        f"set yrange [{min(values) / 2}:{max(values) * 10}]",
     )
     if not have:
         script.add("set label 1 'not measured' at graph 0.5, 0.5 center", "plot NaN notitle",
@@ -158,7 +158,7 @@ def ratio_panel(script, table, paths, title, categories):
     else:
         data = script.data(rows)
         plots = [f"{data} using {i + 2}:xtic(1) title {quote(p)}" for i, p in enumerate(paths)]
-        plots.append("1 with lines dt 2 lw 2 lc rgb 'black' title 'raw TCP (= 1)'")
+        plots.append("1 with lines dt 2 lw 2 lc rgb 'black' title 'raw TCP = 1'")
         script.add("plot " + ", \\\n     ".join(plots))
     script.add("unset logscale y", "set style data linespoints", "set xtics norotate",
                "set xrange [*:*]")
