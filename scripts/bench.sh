@@ -206,7 +206,7 @@ perftest_row() {  # LOG SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR TEST AR
 perftest_bytes() {
     awk -v seconds="$seconds" '{ counted = $1 * $2; timed = $4 * 1048576 * seconds
         if (counted < 0.9 * timed || counted > 1.1 * timed) {
-            printf "bench.sh: %d iterations of %d bytes do not match %.2f MiB/s for %d s;" \
+            printf "bench.sh: %.0f iterations of %d bytes do not match %.2f MiB/s for %d s;" \
                 " using the latter\n", $2, $1, $4, seconds > "/dev/stderr"
             counted = timed
         }
