@@ -122,29 +122,33 @@ print("%.2f %d" % (end["bits_per_second"] / 1e9, end["bytes"]))' "$log.client.js
     echo "$gbps $(per_gib "$(cpu_sum "$log.cpu-server" "$log.cpu-client")" "$bytes")"
 }
 
+# sockperf_pair SERVER_NS CLIENT_NS ADDR PORT MODE ARGS...: a sockperf TCP
+# server, and `sockperf MODE ARGS...` against it for $seconds; prints what
+# the client says.
+sockperf_pair() {
+    local snet=$1 cnet=$2 addr=$3 port=$4
+    shift 4
+    in_ns "$snet" sockperf sr --tcp -i "$addr" -p "$port" >/dev/null 2>&1 &
+    local spid=$!
+    wait_listen "$snet" "$port"
+    in_ns "$cnet" sockperf "$@" --tcp -i "$addr" -p "$port" -t "$seconds" 2>&1 || true
+    kill "$spid" 2>/dev/null || true
+    wait "$spid" 2>/dev/null || true
+}
+
 # Raw TCP ping-pong latency in usec (sockperf: half the round trip; it
 # blocks in recv, where perftest busy-polls its CQ).
 sockperf_usec() {  # SERVER_NS CLIENT_NS ADDR SIZE
-    in_ns "$1" sockperf sr --tcp -i "$3" -p 5302 >/dev/null 2>&1 &
-    local spid=$!
-    wait_listen "$1" 5302
-    in_ns "$2" sockperf pp --tcp -i "$3" -p 5302 -m "$4" -t "$seconds" 2>&1 |
+    sockperf_pair "$1" "$2" "$3" 5302 pp -m "$4" |
         sed -n 's/.*avg-latency=\([0-9.]*\).*/\1/p' | tail -n 1
-    kill "$spid" 2>/dev/null || true
-    wait "$spid" 2>/dev/null || true
 }
 
 # Raw TCP message rate in millions of messages per second: one stream of
 # 64-byte sends (sockperf throughput mode, counted at the sender).
 sockperf_mmsgs() {  # SERVER_NS CLIENT_NS ADDR
-    in_ns "$1" sockperf sr --tcp -i "$3" -p 5303 >/dev/null 2>&1 &
-    local spid=$!
-    wait_listen "$1" 5303
-    in_ns "$2" sockperf tp --tcp -i "$3" -p 5303 -m 64 -t "$seconds" 2>&1 |
+    sockperf_pair "$1" "$2" "$3" 5303 tp -m 64 |
         sed -n 's/.*Message Rate is \([0-9]*\) .*/\1/p' | tail -n 1 |
         awk '{ printf "%.3f", $1 / 1e6 }'
-    kill "$spid" 2>/dev/null || true
-    wait "$spid" 2>/dev/null || true
 }
 
 # Connections per second (usiw_connrate, one connection after another):

@@ -94,6 +94,11 @@ class Script:
     def add(self, *lines):
         self.lines.extend(lines)
 
+    def not_measured(self):
+        """An empty panel that says so."""
+        self.add("set label 1 'not measured' at graph 0.5, 0.5 center", "plot NaN notitle",
+                 "unset label 1")
+
 
 def throughput_panel(script, table, path):
     rows = []
@@ -115,8 +120,7 @@ def throughput_panel(script, table, path):
         "set key top left horizontal",
     )
     if not have and tcp is None:
-        script.add("set label 1 'not measured' at graph 0.5, 0.5 center", "plot NaN notitle",
-                   "unset label 1")
+        script.not_measured()
     else:
         data = script.data(rows)
         plots = [
@@ -153,8 +157,7 @@ def ratio_panel(script, table, paths, title, categories):
         f"set yrange [{min(values) / 2}:{max(values) * 10}]",
     )
     if not have:
-        script.add("set label 1 'not measured' at graph 0.5, 0.5 center", "plot NaN notitle",
-                   "unset label 1")
+        script.not_measured()
     else:
         data = script.data(rows)
         plots = [f"{data} using {i + 2}:xtic(1) title {quote(p)}" for i, p in enumerate(paths)]

@@ -75,14 +75,25 @@ void usage(FILE* out) {
                  "message naming the connection and the step), 2 on a usage error.\n");
 }
 
-[[noreturn]] __attribute__((format(printf, 1, 2))) void die(const char* fmt, ...) {
+[[noreturn]] void exit_with(int status, const char* fmt, va_list ap) {
     std::fprintf(stderr, "%s: ", kProgram);
+    std::vfprintf(stderr, fmt, ap);
+    std::fputc('\n', stderr);
+    std::exit(status);
+}
+
+// A failed step: exit status 1.
+[[noreturn]] __attribute__((format(printf, 1, 2))) void die(const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    std::vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    std::fputc('\n', stderr);
-    std::exit(1);
+    exit_with(1, fmt, ap);
+}
+
+// A bad command line: exit status 2.
+[[noreturn]] __attribute__((format(printf, 1, 2))) void usage_error(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    exit_with(2, fmt, ap);
 }
 
 sockaddr_storage parse_address(const std::string& ip, uint16_t port) {
@@ -96,9 +107,7 @@ sockaddr_storage parse_address(const std::string& ip, uint16_t port) {
         s6->sin6_family = AF_INET6;
         s6->sin6_port = htons(port);
     } else {
-        std::fprintf(stderr, "%s: '%s' is not a numeric IPv4 or IPv6 address\n", kProgram,
-                     ip.c_str());
-        std::exit(2);
+        usage_error("'%s' is not a numeric IPv4 or IPv6 address", ip.c_str());
     }
     return ss;
 }
@@ -368,11 +377,8 @@ long parse_number(const char* text, const char* what, long min, long max) {
     char* end = nullptr;
     errno = 0;
     const long v = std::strtol(text, &end, 10);
-    if (errno != 0 || end == text || *end != '\0' || v < min || v > max) {
-        std::fprintf(stderr, "%s: %s must be a number from %ld to %ld, not '%s'\n", kProgram, what,
-                     min, max, text);
-        std::exit(2);
-    }
+    if (errno != 0 || end == text || *end != '\0' || v < min || v > max)
+        usage_error("%s must be a number from %ld to %ld, not '%s'", what, min, max, text);
     return v;
 }
 
@@ -415,11 +421,8 @@ Options parse_options(int argc, char** argv) {
         std::exit(2);
     }
     const std::string role = argv[optind];
-    if (role != "server" && role != "client") {
-        std::fprintf(stderr, "%s: the first argument must be 'server' or 'client', not '%s'\n",
-                     kProgram, role.c_str());
-        std::exit(2);
-    }
+    if (role != "server" && role != "client")
+        usage_error("the first argument must be 'server' or 'client', not '%s'", role.c_str());
     o.server = role == "server";
     o.address = argv[optind + 1];
     return o;
