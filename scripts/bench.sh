@@ -28,7 +28,7 @@ for arg in "$@"; do
     case $arg in
         --quick) quick=1 ;;
         loopback | netns | all) where=$arg ;;
-        -h | --help) sed -n '2,23p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
         *) echo "bench.sh: unknown argument '$arg'" >&2; exit 2 ;;
     esac
 done
