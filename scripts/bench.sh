@@ -1,15 +1,24 @@
 #!/usr/bin/env bash
 # Benchmarks usiw against raw TCP on the same path, in one run:
-#   raw TCP:  iperf3 throughput, sockperf TCP ping-pong latency
+#   raw TCP:  iperf3 throughput and its CPU seconds per GiB, sockperf TCP
+#             ping-pong latency and 64-byte message rate (sockperf tp),
+#             plain TCP connect/accept rate (usiw_connrate --tcp)
 #   usiw:     stock perftest -R (ib_{write,send,read}_bw at 64 B, 4 KiB,
-#             64 KiB and 1 MiB; ib_{write,send,read}_lat at 8 B and 4 KiB)
+#             64 KiB and 1 MiB, with the message rate at 64 B and the CPU
+#             seconds per GiB at 64 KiB and 1 MiB; ib_{write,send,read}_lat
+#             at 8 B and 4 KiB), rdma_cm connection setup rate (usiw_connrate)
 # on loopback and between two network namespaces joined by a veth pair
-# (root only). Prints a table of absolute figures and usiw/raw-TCP ratios
-# and writes it as CSV.
+# (root only). CPU seconds per GiB: user + system time of both ends (server
+# and client, with all their threads and children, from GNU time) over the
+# bytes moved (perftest: iterations x size; iperf3: bytes received); it
+# includes each program's start-up and connection setup. Prints a table of
+# absolute figures and usiw/raw-TCP ratios, writes it as CSV and plots the
+# throughput and the ratios (gnuplot).
 #
 # Usage: scripts/bench.sh [--quick] [loopback|netns|all]
 #   --quick   shorter runs (for a smoke test of the script itself)
-# Output: build/bench/results.csv
+# Output: build/bench/results.csv, build/bench/results.png, and the output
+# of every program run (with its CPU time) in build/bench/logs/
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -19,25 +28,36 @@ for arg in "$@"; do
     case $arg in
         --quick) quick=1 ;;
         loopback | netns | all) where=$arg ;;
-        -h | --help) sed -n '2,14p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
         *) echo "bench.sh: unknown argument '$arg'" >&2; exit 2 ;;
     esac
 done
 
 "$top/scripts/install-deps.sh"
-# The raw-TCP references, only the benchmark needs them.
-for p in iperf3 sockperf; do
-    if ! command -v "$p" >/dev/null; then
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$p" >/dev/null
+# The raw-TCP references, GNU time and gnuplot: only the benchmark needs
+# them. COMMAND:PACKAGE.
+for need in iperf3:iperf3 sockperf:sockperf /usr/bin/time:time gnuplot:gnuplot-nox; do
+    if ! command -v "${need%%:*}" >/dev/null; then
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            "${need#*:}" >/dev/null || {
+            echo "bench.sh: could not install ${need#*:} (for ${need%%:*}) with apt-get:" \
+                "run as root, wait for another apt to finish, or install it by hand" >&2
+            exit 1
+        }
     fi
 done
 "$top/scripts/build.sh" "$top/build"
 
 usiw=$top/build/bin/usiw
+connrate=$top/build/bin/usiw_connrate
 out=$top/build/bench
 mkdir -p "$out"
 csv=$out/results.csv
+logs=$out/logs
+rm -rf "$logs"
+mkdir -p "$logs"
 seconds=$([ $quick -eq 1 ] && echo 2 || echo 5)
+connections=$([ $quick -eq 1 ] && echo 200 || echo 2000)
 work=$(mktemp -d)
 NS_A=usiw-ba-$$
 NS_B=usiw-bb-$$
@@ -65,38 +85,136 @@ wait_listen() {  # NETNS PORT
     return 1
 }
 
-# Raw TCP throughput in Gbit/s (iperf3, one stream).
-iperf_gbps() {  # SERVER_NS CLIENT_NS ADDR
-    in_ns "$1" iperf3 -s -1 -p 5301 -B "$3" >/dev/null 2>&1 &
+# CPU accounting: `in_ns NETNS "${cputime[@]}" FILE CMD...` runs CMD under
+# GNU time, which writes to FILE the user and system CPU seconds of CMD and
+# of every descendant it waited for (all threads included).
+cputime=(/usr/bin/time -f '%U %S' -o)
+
+# cpu_sum FILE...: the user + system seconds in GNU time's files, summed
+# (a line "Command exited with non-zero status N" may come first). Fails
+# when a file holds no figures.
+cpu_sum() {
+    awk '/^[0-9.]+ [0-9.]+$/ { sum += $1 + $2; found++ }
+         END { if (found != ARGC - 1) exit 1; printf "%.2f", sum }' "$@"
+}
+
+# per_gib CPU_SECONDS BYTES: CPU seconds per GiB moved (blank without data).
+per_gib() {
+    awk -v cpu="$1" -v bytes="$2" 'BEGIN { if (cpu != "" && bytes > 0)
+        printf "%.3f", cpu * 1073741824 / bytes }'
+}
+
+# Raw TCP throughput (iperf3, one stream): prints Gbit/s and the CPU
+# seconds per GiB of both ends. LOG.* keep what each end said.
+iperf_run() {  # LOG SERVER_NS CLIENT_NS ADDR
+    local log=$1
+    shift
+    in_ns "$1" "${cputime[@]}" "$log.cpu-server" iperf3 -s -1 -p 5301 -B "$3" \
+        >"$log.server" 2>&1 &
     wait_listen "$1" 5301
-    in_ns "$2" iperf3 -c "$3" -p 5301 -t "$seconds" -J |
-        /usr/bin/python3 -c 'import json,sys; print("%.2f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 1e9))'
+    in_ns "$2" "${cputime[@]}" "$log.cpu-client" iperf3 -c "$3" -p 5301 -t "$seconds" -J \
+        >"$log.client.json"
     wait
+    local gbps bytes
+    read -r gbps bytes < <(/usr/bin/python3 -c 'import json,sys
+end = json.load(open(sys.argv[1]))["end"]["sum_received"]
+print("%.2f %d" % (end["bits_per_second"] / 1e9, end["bytes"]))' "$log.client.json")
+    echo "$gbps $(per_gib "$(cpu_sum "$log.cpu-server" "$log.cpu-client")" "$bytes")"
+}
+
+# sockperf_pair SERVER_NS CLIENT_NS ADDR PORT MODE ARGS...: a sockperf TCP
+# server, and `sockperf MODE ARGS...` against it for $seconds; prints what
+# the client says.
+sockperf_pair() {
+    local snet=$1 cnet=$2 addr=$3 port=$4
+    shift 4
+    in_ns "$snet" sockperf sr --tcp -i "$addr" -p "$port" >/dev/null 2>&1 &
+    local spid=$!
+    wait_listen "$snet" "$port"
+    in_ns "$cnet" sockperf "$@" --tcp -i "$addr" -p "$port" -t "$seconds" 2>&1 || true
+    kill "$spid" 2>/dev/null || true
+    wait "$spid" 2>/dev/null || true
 }
 
 # Raw TCP ping-pong latency in usec (sockperf: half the round trip; it
 # blocks in recv, where perftest busy-polls its CQ).
 sockperf_usec() {  # SERVER_NS CLIENT_NS ADDR SIZE
-    in_ns "$1" sockperf sr --tcp -i "$3" -p 5302 >/dev/null 2>&1 &
-    local spid=$!
-    wait_listen "$1" 5302
-    in_ns "$2" sockperf pp --tcp -i "$3" -p 5302 -m "$4" -t "$seconds" 2>&1 |
+    sockperf_pair "$1" "$2" "$3" 5302 pp -m "$4" |
         sed -n 's/.*avg-latency=\([0-9.]*\).*/\1/p' | tail -n 1
-    kill "$spid" 2>/dev/null || true
-    wait "$spid" 2>/dev/null || true
 }
 
-# One perftest pair under usiw; prints the client's result row.
-perftest_row() {  # SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR TEST ARGS...
-    local sconf=$1 snet=$2 cconf=$3 cnet=$4 addr=$5 test=$6
+# Raw TCP message rate in millions of messages per second: one stream of
+# 64-byte sends (sockperf throughput mode, counted at the sender).
+sockperf_mmsgs() {  # SERVER_NS CLIENT_NS ADDR
+    sockperf_pair "$1" "$2" "$3" 5303 tp -m 64 |
+        sed -n 's/.*Message Rate is \([0-9]*\) .*/\1/p' | tail -n 1 |
+        awk '{ printf "%.3f", $1 / 1e6 }'
+}
+
+# Connections per second (usiw_connrate, one connection after another):
+# rdma_cm under usiw, or with --tcp plain TCP (without usiw).
+connrate_run() {  # LOG SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR [--tcp]
+    local log=$1 sconf=$2 snet=$3 cconf=$4 cnet=$5 addr=$6
     shift 6
+    local run=("$usiw" run)
+    [ "${1:-}" = --tcp ] && run=()
     USIW_CONFIG_DIR=$sconf USIW_SYSTEM_CONFIG_DIR=$sconf \
-        in_ns "$snet" timeout 120 "$usiw" run "$test" -R -F -d usiw0 -p 18600 "$@" >/dev/null 2>&1 &
-    wait_listen "$snet" 18600
+        in_ns "$snet" timeout 120 "${run[@]}" "$connrate" server "$@" -p 18610 \
+        -n "$connections" "$addr" >"$log.server" 2>&1 &
+    local spid=$! client_rc=0 server_rc=0
+    wait_listen "$snet" 18610 || echo "bench.sh: usiw_connrate $*: no server after 10 s" >&2
     USIW_CONFIG_DIR=$cconf USIW_SYSTEM_CONFIG_DIR=$cconf \
-        in_ns "$cnet" timeout 120 "$usiw" run "$test" -R -F -d usiw0 -p 18600 "$@" "$addr" 2>/dev/null |
-        grep -E '^ *[0-9]+ +[0-9]+ +[0-9.]+' | tail -n 1
+        in_ns "$cnet" timeout 120 "${run[@]}" "$connrate" client "$@" -p 18610 \
+        -n "$connections" "$addr" >"$log.client" 2>&1 || client_rc=$?
+    wait "$spid" || server_rc=$?
+    if [ "$client_rc" -ne 0 ] || [ "$server_rc" -ne 0 ]; then
+        echo "bench.sh: usiw_connrate $* failed (client exit $client_rc," \
+            "server exit $server_rc):" >&2
+        cat "$log.client" "$log.server" >&2
+        return 0
+    fi
+    sed -n 's/.* \([0-9.]*\) connections\/s.*/\1/p' "$log.client"
+}
+
+# One perftest pair under usiw; prints the client's result row followed by
+# one more field: the CPU seconds (user + system) of both ends together.
+# Prints nothing when the client gave no result row (and says why on
+# stderr). LOG.* keep what each end said and its CPU time.
+perftest_row() {  # LOG SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR TEST ARGS...
+    local log=$1 sconf=$2 snet=$3 cconf=$4 cnet=$5 addr=$6 test=$7
+    shift 7
+    USIW_CONFIG_DIR=$sconf USIW_SYSTEM_CONFIG_DIR=$sconf \
+        in_ns "$snet" "${cputime[@]}" "$log.cpu-server" \
+        timeout 120 "$usiw" run "$test" -R -F -d usiw0 -p 18600 "$@" \
+        >"$log.server" 2>&1 &
+    wait_listen "$snet" 18600 || echo "bench.sh: $test $*: no server after 10 s" >&2
+    USIW_CONFIG_DIR=$cconf USIW_SYSTEM_CONFIG_DIR=$cconf \
+        in_ns "$cnet" "${cputime[@]}" "$log.cpu-client" \
+        timeout 120 "$usiw" run "$test" -R -F -d usiw0 -p 18600 "$@" "$addr" \
+        >"$log.client" 2>&1 || true
     wait || true
+    local r
+    r=$(grep -E '^ *[0-9]+ +[0-9]+ +[0-9.]+' "$log.client" | tail -n 1) || true
+    if [ -z "$r" ]; then
+        echo "bench.sh: $test $* gave no result; the client and the server said:" >&2
+        tail -n 8 "$log.client" "$log.server" "$log.cpu-client" \
+            "$log.cpu-server" >&2 || true
+        return 0
+    fi
+    echo "$r $(cpu_sum "$log.cpu-server" "$log.cpu-client" || true)"
+}
+
+# perftest_sound LABEL ROW: true when the result row of a -D run adds up,
+# iterations x size within 10% of average MiB/s x duration (in a sound run
+# they agree to 0.1%). Under heavy CPU contention perftest has reported,
+# now and then, 0.00 MB/sec for a run whose iterations moved gigabytes;
+# such a row is not used, and this says so.
+perftest_sound() {
+    awk -v label="$1" -v seconds="$seconds" '{ counted = $1 * $2; timed = $4 * 1048576 * seconds
+        if (counted >= 0.9 * timed && counted <= 1.1 * timed) exit 0
+        printf "bench.sh: %s: result row not used: %.0f iterations of %d bytes, but an" \
+            " average of %.2f MiB/s over %d s\n", label, $2, $1, $4, seconds > "/dev/stderr"
+        exit 1 }' <<<"$2"
 }
 
 row() {  # PATH TEST SIZE METRIC USIW RAW
@@ -105,40 +223,64 @@ row() {  # PATH TEST SIZE METRIC USIW RAW
         ratio=$(/usr/bin/python3 -c "print('%.2f' % ($5 / $6))" 2>/dev/null || echo "")
     fi
     echo "$1,$2,$3,$4,$5,$6,$ratio" >>"$csv"
-    printf '%-9s %-12s %9s  %-8s %12s %12s %7s\n' "$1" "$2" "$3" "$4" "$5" "${6:--}" "${ratio:--}"
+    printf '%-9s %-13s %9s  %-9s %12s %12s %7s\n' "$1" "$2" "$3" "$4" "${5:--}" "${6:--}" \
+        "${ratio:--}"
 }
 
 measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
     local path=$1 sconf=$2 snet=$3 cconf=$4 cnet=$5 addr=$6
-    local tcp_gbps lat8 lat4k
-    tcp_gbps=$(iperf_gbps "$snet" "$cnet" "$addr")
+    local tcp_gbps tcp_cpu lat8 lat4k mmsgs r
+    r=$(iperf_run "$logs/$path-iperf3" "$snet" "$cnet" "$addr")
+    read -r tcp_gbps tcp_cpu <<<"$r"
     # sockperf's smallest message is 14 bytes: the reference for 8-byte RDMA.
     lat8=$(sockperf_usec "$snet" "$cnet" "$addr" 14)
     lat4k=$(sockperf_usec "$snet" "$cnet" "$addr" 4096)
+    mmsgs=$(sockperf_mmsgs "$snet" "$cnet" "$addr")
     row "$path" iperf3 - Gbit/s "$tcp_gbps" "$tcp_gbps"
+    row "$path" iperf3 - cpu_s/GiB "$tcp_cpu" "$tcp_cpu"
     row "$path" sockperf 14 usec "$lat8" "$lat8"
-    local test size r gbps
+    row "$path" sockperf-tp 64 Mmsg/s "$mmsgs" "$mmsgs"
+    local test size gbps
     for test in ib_write_bw ib_send_bw ib_read_bw; do
         for size in 64 4096 65536 1048576; do
-            r=$(perftest_row "$sconf" "$snet" "$cconf" "$cnet" "$addr" "$test" -s "$size" -D "$seconds")
+            r=$(perftest_row "$logs/$path-$test-$size" "$sconf" "$snet" "$cconf" "$cnet" "$addr" \
+                "$test" -s "$size" -D "$seconds")
+            if [ -n "$r" ] && ! perftest_sound "$path $test -s $size" "$r"; then
+                r=""
+            fi
             # columns: bytes iterations peak average(MB/s) msgrate(Mpps)
-            gbps=$(awk '{printf "%.2f", $4 * 8 / 1000}' <<<"$r")
+            # cpu_seconds; perftest's MB is 2^20 bytes (MiB), iperf3's Gbit
+            # is 10^9 bits.
+            gbps=$(awk '{printf "%.2f", $4 * 1048576 * 8 / 1e9}' <<<"$r")
             row "$path" "$test" "$size" Gbit/s "$gbps" "$tcp_gbps"
-            [ "$size" = 64 ] && row "$path" "$test" "$size" Mmsg/s "$(awk '{print $5}' <<<"$r")" ""
+            if [ "$size" = 64 ]; then
+                row "$path" "$test" "$size" Mmsg/s "$(awk '{print $5}' <<<"$r")" "$mmsgs"
+            fi
+            if [ "$size" -ge 65536 ]; then
+                # bytes moved: iterations x size
+                row "$path" "$test" "$size" cpu_s/GiB "$(per_gib "$(awk '{ print $6 }' <<<"$r")" \
+                    "$(awk '{ printf "%.0f", $1 * $2 }' <<<"$r")")" "$tcp_cpu"
+            fi
         done
     done
     for test in ib_write_lat ib_send_lat ib_read_lat; do
         for size in 8 4096; do
-            r=$(perftest_row "$sconf" "$snet" "$cconf" "$cnet" "$addr" "$test" -s "$size" -n $((quick ? 2000 : 20000)))
+            r=$(perftest_row "$logs/$path-$test-$size" "$sconf" "$snet" "$cconf" "$cnet" "$addr" \
+                "$test" -s "$size" -n $((quick ? 2000 : 20000)))
             # columns: bytes iterations t_min t_max t_typical t_avg ...
             local raw=$lat8
             [ "$size" = 4096 ] && raw=$lat4k
             row "$path" "$test" "$size" usec "$(awk '{print $6}' <<<"$r")" "$raw"
         done
     done
+    local tcp_conns
+    tcp_conns=$(connrate_run "$logs/$path-connrate-tcp" "$sconf" "$snet" "$cconf" "$cnet" \
+        "$addr" --tcp)
+    row "$path" usiw_connrate - conn/s "$(connrate_run "$logs/$path-connrate-rdma_cm" \
+        "$sconf" "$snet" "$cconf" "$cnet" "$addr")" "$tcp_conns"
 }
 
-printf '%-9s %-12s %9s  %-8s %12s %12s %7s\n' path test bytes metric usiw raw-TCP ratio
+printf '%-9s %-13s %9s  %-9s %12s %12s %7s\n' path test bytes metric usiw raw-TCP ratio
 mkdir -p "$work/lo"
 if [ "$where" != netns ]; then
     measure loopback "$work/lo" "" "$work/lo" "" 127.0.0.1
@@ -158,5 +300,6 @@ if [ "$where" != loopback ]; then
         echo "veth: skipped (needs root and iproute2)"
     fi
 fi
+/usr/bin/python3 "$top/scripts/bench_plot.py" "$csv" "$out/results.png"
 echo
-echo "results: $csv"
+echo "results: $csv, $out/results.png"

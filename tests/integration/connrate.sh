@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Tests usiw_connrate (tools/usiw_connrate.cc), the connection-rate tool
+# scripts/bench.sh runs: 20 rdma_cm connections over usiw0 on loopback and
+# 20 plain TCP ones must all complete with both ends exiting 0; a client
+# with no server, and a server that gets fewer connections than it waits
+# for, must both exit 1.
+#
+# Usage: connrate.sh PATH/TO/usiw PATH/TO/usiw_connrate
+# Prints one line per check and "N passed, M failed"; exits 1 if any failed.
+set -euo pipefail
+
+USIW=${1:?usage: connrate.sh PATH/TO/usiw PATH/TO/usiw_connrate}
+CONNRATE=${2:?usage: connrate.sh PATH/TO/usiw PATH/TO/usiw_connrate}
+WORK=$(mktemp -d /tmp/usiw-connrate.XXXXXX)
+cleanup() {
+    jobs -p | xargs -r kill 2>/dev/null || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# An empty link configuration: the default device usiw0 on lo.
+export USIW_CONFIG_DIR=$WORK USIW_SYSTEM_CONFIG_DIR=$WORK
+# Ports of this run: apart from those of another run of this test.
+PORT=$((20000 + ($$ % 2000) * 4))
+COUNT=20
+passed=0
+failed=0
+ok() { echo "PASS: $1"; passed=$((passed + 1)); }
+bad() { echo "FAIL: $1"; failed=$((failed + 1)); }
+
+wait_listen() {  # PORT
+    for _ in $(seq 100); do
+        ss -Hltn "sport = :$1" | grep -q . && return 0
+        sleep 0.05
+    done
+    return 1
+}
+
+# pair NAME PORT SERVER_COUNT CLIENT_COUNT [--tcp]: runs a server and a
+# client under `usiw run`; sets server_rc, client_rc and client_out.
+pair() {
+    local name=$1 port=$2 scount=$3 ccount=$4
+    shift 4
+    timeout 20 "$USIW" run "$CONNRATE" server "$@" -p "$port" -n "$scount" -t 2000 127.0.0.1 \
+        >"$WORK/$name.server" 2>&1 &
+    local spid=$!
+    if ! wait_listen "$port"; then
+        bad "$name: the server is not listening on port $port"
+        cat "$WORK/$name.server"
+    fi
+    client_rc=0
+    client_out=$(timeout 20 "$USIW" run "$CONNRATE" client "$@" -p "$port" -n "$ccount" -t 2000 \
+        127.0.0.1 2>&1) || client_rc=$?
+    server_rc=0
+    wait "$spid" || server_rc=$?
+}
+
+if "$CONNRATE" --help | grep -q '^usage: usiw_connrate server'; then
+    ok "--help prints the usage"
+else
+    bad "--help prints the usage"
+fi
+
+for mode in rdma_cm TCP; do
+    flags=()
+    port=$PORT
+    if [ "$mode" = TCP ]; then
+        flags=(--tcp)
+        port=$((PORT + 1))
+    fi
+    pair "$mode" "$port" "$COUNT" "$COUNT" "${flags[@]}"
+    if [ "$client_rc" -eq 0 ] && [ "$server_rc" -eq 0 ] &&
+        grep -Eq "^usiw_connrate: $COUNT $mode connections in [0-9.]+ s: [0-9.]+ connections/s" \
+            <<<"$client_out"; then
+        ok "$COUNT $mode connections on loopback: $client_out"
+    else
+        bad "$COUNT $mode connections on loopback (client $client_rc, server $server_rc)"
+        echo "$client_out"
+        cat "$WORK/$mode.server"
+    fi
+done
+
+# Nothing listens on PORT+2: the first connection is refused.
+rc=0
+out=$(timeout 20 "$USIW" run "$CONNRATE" client -p $((PORT + 2)) -n 3 -t 2000 127.0.0.1 2>&1) ||
+    rc=$?
+if [ "$rc" -eq 1 ] && grep -q "connection 1:" <<<"$out"; then
+    ok "a refused connection fails the client: $out"
+else
+    bad "a refused connection fails the client (exit $rc): $out"
+fi
+
+# The server waits for one connection more than the client makes.
+pair short $((PORT + 3)) $((COUNT + 1)) "$COUNT"
+if [ "$client_rc" -eq 0 ] && [ "$server_rc" -eq 1 ] &&
+    grep -q "$COUNT of $((COUNT + 1)) connections requested" "$WORK/short.server"; then
+    ok "a missing connection fails the server: $(cat "$WORK/short.server")"
+else
+    bad "a missing connection fails the server (client $client_rc, server $server_rc)"
+    cat "$WORK/short.server"
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
