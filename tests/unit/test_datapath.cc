@@ -1778,6 +1778,36 @@ void test_hostile_read_after_valid_read(void**) {
     }
 }
 
+// A WRITE with a bad rkey and a valid READ behind it: the TERMINATE copies
+// back the WRITE's DDP header, so the READ is not the request at fault; it
+// is flushed (as siw does), not reported as a remote access error.
+void test_hostile_write_then_read(void**) {
+    constexpr size_t kSize = 4096;
+    for (const Config& c : kConfigs) {
+        where("write_then_read %s", config_name(c));
+        Pair p = new_pair(c);
+        Buf remote = new_buf(p.hb, kSize);
+        pattern(remote.p, remote.n, 193);
+        const std::vector<uint8_t> before(remote.p, remote.p + remote.n);
+        Buf local = new_buf(p.ha, 2 * kSize);
+        pattern(local.p, kSize, 197);
+        std::vector<Wr> chain{
+            rdma_wr(IBV_WR_RDMA_WRITE, 1, {local.sge(0, kSize)}, remote.addr(0),
+                    wrong_key(remote.rkey())),
+            rdma_wr(IBV_WR_RDMA_READ, 2, {local.sge(kSize, kSize)}, remote.addr(0),
+                    remote.rkey())};
+        EXPECT(post_chain(p.a, chain) == 0, "ibv_post_send(bad WRITE, READ)");
+        const std::vector<ibv_wc> wcs = expect_wcs(p.as, 2, "initiator");
+        EXPECT(wcs[0].wr_id == 1, "first completion is wr_id %" PRIu64 ", not the WRITE's",
+               wcs[0].wr_id);
+
+        expect_wc(wcs[1], 2, IBV_WC_WR_FLUSH_ERR, IBV_WC_RDMA_READ, "the READ behind the bad WRITE");
+        expect_bytes(remote.p, before.data(), remote.n, "target MR");
+        expect_state(p.a, IBV_QPS_ERR, "initiator");
+        g.clear();
+    }
+}
+
 // A SEND longer than the posted receive: the receive completes with
 // IBV_WC_LOC_LEN_ERR, nothing is written past the receive buffer (the
 // segments that fitted may have been placed), both QPs end in ERR.
@@ -2514,6 +2544,8 @@ int main(void) {
         T(test_hostile_peer),
         T(test_hostile_read_after_valid_read),
         T(test_hostile_send_too_long),
+        T(test_hostile_write_then_read),
+
         T(test_raw_write_bad_stag),
         T(test_raw_write_out_of_bounds),
         T(test_raw_write_no_access),

@@ -414,9 +414,15 @@ class Receiver {
             (c.layer == wire::TermLayer::kRdmap && c.etype == term::kRdmapRemoteProtection) ||
             (c.layer == wire::TermLayer::kDdp && c.etype == term::kDdpTaggedBuffer);
         // The READ at fault is the one whose Read Request the TERMINATE
-        // copies back (R flag); without it, the oldest outstanding one.
+        // copies back (R flag); without that copy, the oldest outstanding
+        // one; none when the copied DDP header shows another message (a
+        // WRITE or SEND the peer refused), whose READs are merely flushed.
+        const bool blames_other_message =
+            decoded && what.has_ddp_header && !what.has_read_request &&
+            what.raw_opcode != static_cast<uint8_t>(wire::Opcode::kReadRequest);
         uint64_t failed_read = UINT64_MAX;
-        {
+        if (!blames_other_message) {
+
             std::lock_guard lock(s_->completion_mutex);
             for (const OutboundRead& r : s_->orq) {
                 if (decoded && what.has_read_request &&
