@@ -1794,14 +1794,14 @@ void test_hostile_write_then_read(void**) {
         std::vector<Wr> chain{
             rdma_wr(IBV_WR_RDMA_WRITE, 1, {local.sge(0, kSize)}, remote.addr(0),
                     wrong_key(remote.rkey())),
-            rdma_wr(IBV_WR_RDMA_READ, 2, {local.sge(kSize, kSize)}, remote.addr(0),
-                    remote.rkey())};
+            rdma_wr(IBV_WR_RDMA_READ, 2, {local.sge(kSize, kSize)}, remote.addr(0), remote.rkey())};
         EXPECT(post_chain(p.a, chain) == 0, "ibv_post_send(bad WRITE, READ)");
         const std::vector<ibv_wc> wcs = expect_wcs(p.as, 2, "initiator");
         EXPECT(wcs[0].wr_id == 1, "first completion is wr_id %" PRIu64 ", not the WRITE's",
                wcs[0].wr_id);
 
-        expect_wc(wcs[1], 2, IBV_WC_WR_FLUSH_ERR, IBV_WC_RDMA_READ, "the READ behind the bad WRITE");
+        expect_wc(wcs[1], 2, IBV_WC_WR_FLUSH_ERR, IBV_WC_RDMA_READ,
+                  "the READ behind the bad WRITE");
         expect_bytes(remote.p, before.data(), remote.n, "target MR");
         expect_state(p.a, IBV_QPS_ERR, "initiator");
         g.clear();

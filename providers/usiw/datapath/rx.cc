@@ -422,7 +422,6 @@ class Receiver {
             what.raw_opcode != static_cast<uint8_t>(wire::Opcode::kReadRequest);
         uint64_t failed_read = UINT64_MAX;
         if (!blames_other_message) {
-
             std::lock_guard lock(s_->completion_mutex);
             for (const OutboundRead& r : s_->orq) {
                 if (decoded && what.has_read_request &&
