@@ -18,9 +18,9 @@
 #include <string_view>
 #include <vector>
 
+#include "cm/knobs.h"
 #include "host/device_stats.h"
 #include "host/link_config.h"
-#include "cm/knobs.h"
 #include "host/netdev.h"
 
 #ifndef USIW_INSTALLED_PROVIDER
@@ -153,13 +153,15 @@ void print_tuning() {
     print_wrapped(
         "zero-copy transmit (MSG_ZEROCOPY) for large payloads, with each work "
         "completion held until the kernel has released the buffer; auto stops using it "
-        "on a connection where the kernel copies anyway (loopback, veth)", 6);
+        "on a connection where the kernel copies anyway (loopback, veth)",
+        6);
     std::printf("  USIW_ZCOPY_MIN = bytes, default 65536\n");
     print_wrapped("the least payload in one send batch that goes out with zero copy", 6);
     std::printf("  USIW_DEBUG = 1, or VERBS_LOG_LEVEL = 1..4\n");
     print_wrapped(
         "diagnostics on stderr: VERBS_LOG_LEVEL 1-3 errors, 4 or USIW_DEBUG=1 also "
-        "connection setup, TERMINATEs and state changes (silent by default)", 6);
+        "connection setup, TERMINATEs and state changes (silent by default)",
+        6);
 }
 
 void print_help() {
