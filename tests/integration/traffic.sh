@@ -178,6 +178,25 @@ if [ "$WHERE" = netns ] || [ "$WHERE" = all ]; then
             sleep 0.1
         done
         suite netns "$WORK/b $NS_B" "$WORK/a $NS_A" "$ADDR_B" 22000
+        # One host, two netdevs: the client's usiw0 is on vc, the server's
+        # address is vd's, so the kernel routes the connection over the
+        # loopback path; usiw must serve it from the client's device as
+        # the kernel's rdma_cm does (it was ADDR_ERROR).
+        mkdir -p "$WORK/c" "$WORK/d"
+        echo "usiw0 netdev vc" >"$WORK/c/links"
+        echo "usiw0 netdev vd" >"$WORK/d/links"
+        if ip -n "$NS_A" link add vc type veth peer name vd &&
+            ip -n "$NS_A" addr add 192.0.2.11/24 dev vc && ip -n "$NS_A" addr add 192.0.2.12/24 dev vd &&
+            ip -n "$NS_A" link set vc up && ip -n "$NS_A" link set vd up; then
+            sleep 1
+            pair "same-host rping -V -C 10" 22100 "$WORK/d $NS_A" "$WORK/c $NS_A" \
+                "ping data: rdma-ping-9:" "ping data: rdma-ping-9:" \
+                -- rping -s -v -V -C 10 -a 192.0.2.12 -p 22100 \
+                -- rping -c -v -V -C 10 -a 192.0.2.12 -p 22100
+        else
+            bad "same-host: could not create the second veth pair"
+        fi
+
     else
         skip "netns: could not create the namespaces and veth pair"
     fi

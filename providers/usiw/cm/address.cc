@@ -163,17 +163,11 @@ std::string SockAddr::str() const {
     return "[" + std::string(host) + "]:" + std::to_string(port());
 }
 
-Device* device_for_local_address(const SockAddr& address) {
-    const SockAddr a = address.unmapped();
-    const std::vector<DeviceNetdev> netdevs = current_netdevs();
-    for (const DeviceNetdev& n : netdevs)
-        if (n.info)
-            for (const NetdevAddress& owned : n.info->addresses)
-                if (same_address(a, owned))
-                    return n.device;
-    if (!a.is_loopback())
-        return nullptr;
-    // 127.0.0.0/8 is all the loopback netdev's, though it lists 127.0.0.1.
+namespace {
+
+// The device for traffic that never leaves this host: the one bound to a
+// loopback netdev, or, with none, the first whose port is active.
+Device* loopback_device(const std::vector<DeviceNetdev>& netdevs) {
     for (const DeviceNetdev& n : netdevs)
         if (n.info && n.info->loopback)
             return n.device;
@@ -181,6 +175,34 @@ Device* device_for_local_address(const SockAddr& address) {
         if (n.info && n.info->port_active())
             return n.device;
     return nullptr;
+}
+
+Device* device_owning(const std::vector<DeviceNetdev>& netdevs, const SockAddr& a) {
+    for (const DeviceNetdev& n : netdevs)
+        if (n.info)
+            for (const NetdevAddress& owned : n.info->addresses)
+                if (same_address(a, owned))
+                    return n.device;
+    return nullptr;
+}
+
+}  // namespace
+
+Device* device_for_local_address(const SockAddr& address) {
+    const SockAddr a = address.unmapped();
+    const std::vector<DeviceNetdev> netdevs = current_netdevs();
+    if (Device* d = device_owning(netdevs, a))
+        return d;
+    // 127.0.0.0/8 is all the loopback netdev's, though it lists 127.0.0.1.
+    return a.is_loopback() ? loopback_device(netdevs) : nullptr;
+}
+
+Device* device_for_local_destination(const SockAddr& destination) {
+    const SockAddr a = destination.unmapped();
+    const std::vector<DeviceNetdev> netdevs = current_netdevs();
+    if (Device* d = device_owning(netdevs, a))
+        return d;
+    return loopback_device(netdevs);
 }
 
 int route_source(const SockAddr& destination, SockAddr* source) {

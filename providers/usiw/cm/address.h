@@ -37,7 +37,10 @@ struct SockAddr {
     bool is_loopback() const;  // 127.0.0.0/8 or ::1 (IPv4-mapped included)
     // IPv4-mapped IPv6 (::ffff:a.b.c.d) as the IPv4 address; others as they are.
     SockAddr unmapped() const;
+    // The same host address as `other`, ports aside (IPv4-mapped as IPv4).
+    bool same_host(const SockAddr& other) const { return gid() == other.gid(); }
     // The address as a GID (IPv4 as ::ffff:a.b.c.d), like a usiw device's GID table.
+
     std::array<uint8_t, 16> gid() const;
     std::string str() const;  // "127.0.0.1:7471", "[::1]:7471"
 };
@@ -47,6 +50,14 @@ struct SockAddr {
 // with none, to the first device whose port is active (as the kernel's
 // rdma_cm binds loopback to any active device). nullptr if none serves it.
 Device* device_for_local_address(const SockAddr& address);
+
+// The usiw device for a connection to `destination`, an address of this
+// host that no usiw device's netdev owns here (the kernel routes it over
+// the loopback path): like a loopback address, the device bound to a
+// loopback netdev or the first active one. As the kernel's rdma_cm, which
+// serves a local destination from a device of this host whatever netdev
+// holds the address. nullptr if no device is active.
+Device* device_for_local_destination(const SockAddr& destination);
 
 // The source address the kernel routes `destination` from (a connected UDP
 // socket's name; port 0). 0 or an errno value (ENETUNREACH, ...).

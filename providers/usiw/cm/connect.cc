@@ -235,6 +235,11 @@ int resolve_addr(rdma_cm_id* id, const sockaddr* src, const sockaddr* dst, int) 
         DeviceContext* dc = c->device;
         if (status == 0 && !dc) {
             Device* device = device_for_local_address(local);
+            // A destination on this host: the kernel routes it from the
+            // destination address itself, over the loopback path.
+            if (!device && (!bound || bound->is_any()) && local.same_host(*destination))
+                device = device_for_local_destination(*destination);
+
             dc = device ? device_context(device) : nullptr;
             if (!dc)
                 status = device ? -errno : -ENODEV;
