@@ -15,18 +15,29 @@
 # absolute figures and usiw/raw-TCP ratios, writes it as CSV and plots the
 # throughput and the ratios (gnuplot).
 #
+# With --guest it instead boots Debian's 6.1 kernel in qemu
+# (scripts/qemu/guest.sh) and measures usiw, kernel siw and kernel rxe side
+# by side on the same path in that one boot (scripts/qemu/bench_guest.sh):
+# perftest -R bandwidth at 64 KiB and 1 MiB and 8-byte latency, with the
+# ratios usiw/siw and usiw/rxe. Emulation slows all three; only the ratios
+# mean anything.
+#
 # Usage: scripts/bench.sh [--quick] [loopback|netns|all]
+#        scripts/bench.sh --guest [--quick]
 #   --quick   shorter runs (for a smoke test of the script itself)
 # Output: build/bench/results.csv, build/bench/results.png, and the output
-# of every program run (with its CPU time) in build/bench/logs/
+# of every program run (with its CPU time) in build/bench/logs/;
+# with --guest, build/bench/guest.csv.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 
 quick=0
 where=all
+guest=0
 for arg in "$@"; do
     case $arg in
         --quick) quick=1 ;;
+        --guest) guest=1 ;;
         loopback | netns | all) where=$arg ;;
         -h | --help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
         *) echo "bench.sh: unknown argument '$arg'" >&2; exit 2 ;;
@@ -48,7 +59,51 @@ for need in iperf3:iperf3 sockperf:sockperf /usr/bin/time:time gnuplot:gnuplot-n
 done
 "$top/scripts/build.sh" "$top/build"
 
+# --guest: usiw against kernel siw and rxe in one qemu boot.
+if [ $guest -eq 1 ]; then
+    share=$top/build/bench/guest
+    rm -rf "$share"
+    rc=0
+    "$top/scripts/qemu/guest.sh" run --share "$share" "$top/scripts/qemu/bench_guest.sh" \
+        "$top/build" "$([ $quick -eq 1 ] && echo 0.25 || echo 1)" >"$share.log" 2>&1 || rc=$?
+
+    if [ $rc -ne 0 ] || [ ! -s "$share/guest-bench.csv" ]; then
+        echo "bench.sh: the guest benchmark failed (exit $rc); its output:" >&2
+        tail -n 30 "$share.log" >&2
+        exit 1
+    fi
+    /usr/bin/python3 - "$share/guest-bench.csv" "$top/build/bench/guest.csv" <<'PY'
+import csv, sys
+rows = {}
+for kind, test, size, metric, value in csv.reader(open(sys.argv[1])):
+    rows.setdefault((test, size, metric), {})[kind] = float(value) if value else None
+def ratio(a, b):
+    # None where either figure is missing or perftest reported 0.
+    if not a or not b:
+        return None
+    return a / b
+with open(sys.argv[2], "w", newline="") as f:
+    out = csv.writer(f)
+    out.writerow(["test", "size_bytes", "metric", "usiw", "siw", "rxe", "usiw_over_siw", "usiw_over_rxe"])
+    fmt = "%-13s %8s %-7s %10s %10s %10s %9s %9s"
+    print(fmt % ("test", "bytes", "metric", "usiw", "siw", "rxe", "usiw/siw", "usiw/rxe"))
+    for (test, size, metric), v in rows.items():
+        u, s, r = v.get("usiw"), v.get("siw"), v.get("rxe")
+        rs, rr = ratio(u, s), ratio(u, r)
+
+        cell = lambda x, p="%.2f": "-" if x is None else p % x
+        out.writerow([test, size, metric] + [cell(x, "%.3f") for x in (u, s, r)] +
+                     [cell(rs), cell(rr)])
+        print(fmt % (test, size, metric, cell(u, "%.3f"), cell(s, "%.3f"), cell(r, "%.3f"),
+                     cell(rs), cell(rr)))
+print("(throughput: above 1 is better for usiw; latency: below 1 is better)")
+PY
+    echo "results: $top/build/bench/guest.csv (guest log: $share.log)"
+    exit 0
+fi
+
 usiw=$top/build/bin/usiw
+
 connrate=$top/build/bin/usiw_connrate
 out=$top/build/bench
 mkdir -p "$out"
@@ -270,7 +325,12 @@ measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
             # columns: bytes iterations t_min t_max t_typical t_avg ...
             local raw=$lat8
             [ "$size" = 4096 ] && raw=$lat4k
+            # sockperf reports half the round trip, as perftest does for
+            # WRITE and SEND; perftest's READ figure is the whole round trip
+            # (a READ is one), so its reference is twice sockperf's.
+            [ "$test" = ib_read_lat ] && raw=$(awk -v r="$raw" 'BEGIN { if (r != "") printf "%.3f", 2 * r }')
             row "$path" "$test" "$size" usec "$(awk '{print $6}' <<<"$r")" "$raw"
+
         done
     done
     local tcp_conns

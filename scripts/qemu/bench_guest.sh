@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Runs INSIDE the qemu guest (scripts/bench.sh --guest): usiw, kernel siw
+# and kernel rxe side by side over the same veth pair, in one boot.
+#
+#   va 192.0.2.1 (client side)      vb 192.0.2.2 (server side)
+#   siw:  siwa on va, siwb on vb    rxe: rxea on va, rxeb on vb
+#   usiw: usiw0 on va / on vb (under `usiw run`, one link file per side)
+#
+# All in the guest's one network namespace: kernel siw and rxe in 6.1 do not
+# work across namespaces, so both ends' addresses are local and every
+# kind's traffic is delivered by the kernel without touching the veth wire
+# (siw and usiw over TCP on the loopback path, rxe by its own local
+# shortcut). That is the same path for all three, which is what a ratio
+# needs.
+#
+# For each device kind, stock perftest -R, server on vb and client on va:
+# ib_{write,send,read}_bw at 64 KiB and 1 MiB, ib_{write,send,read}_lat at
+# 8 B. Emulation slows everything, so only ratios within this boot mean
+# anything. Writes CSV lines "kind,test,size,metric,value" to
+# $USIW_GUEST_SHARE/guest-bench.csv and prints them.
+#
+# Usage (in the guest): bench_guest.sh BUILD_DIR [SCALE [KINDS]]
+#   SCALE multiplies the iteration counts (default 1; --quick passes less);
+#   KINDS (default "usiw siw rxe") picks the device kinds.
+# Each run's output is kept in $USIW_GUEST_SHARE/logs/.
+# (Iteration counts, not perftest's -D: its duration mode reported an
+# average of 0 MB/s now and then here.)
+set -u
+BUILD=${1:?usage: bench_guest.sh BUILD_DIR [SCALE]}
+SCALE=${2:-1}
+KINDS=${3:-usiw siw rxe}
+USIW=$BUILD/bin/usiw
+CSV=${USIW_GUEST_SHARE:?run this in the guest (scripts/qemu/guest.sh)}/guest-bench.csv
+LOGS=$USIW_GUEST_SHARE/logs
+mkdir -p "$LOGS"
+WORK=$(mktemp -d /tmp/bench.XXXXXX)
+
+die() { echo "bench_guest: $*"; exit 1; }
+
+for m in ib_core ib_uverbs rdma_ucm iw_cm libcrc32c rdma_rxe veth; do
+    modprobe "$m" || die "modprobe $m failed"
+done
+insmod "$USIW_GUEST_SIW_KO" || die "insmod $USIW_GUEST_SIW_KO failed"
+sysctl -qw net.core.netdev_max_backlog=100000
+ip link add va type veth peer name vb &&
+    ip addr add 192.0.2.1/24 dev va && ip addr add 192.0.2.2/24 dev vb &&
+    ip link set va up && ip link set vb up || die "cannot set up the veth pair"
+for kind in siw rxe; do
+    rdma link add ${kind}a type $kind netdev va || die "rdma link add ${kind}a failed"
+    rdma link add ${kind}b type $kind netdev vb || die "rdma link add ${kind}b failed"
+done
+mkdir -p "$WORK/a" "$WORK/b"
+echo "usiw0 netdev va" >"$WORK/a/links"
+echo "usiw0 netdev vb" >"$WORK/b/links"
+sleep 2
+: >"$CSV"
+
+# run SIDE KIND CMD...: CMD on side a (client) or b (server) over device
+# kind KIND.
+run() {
+    local side=$1 kind=$2
+    shift 2
+    if [ "$kind" = usiw ]; then
+        USIW_CONFIG_DIR=$WORK/$side USIW_SYSTEM_CONFIG_DIR=$WORK/$side timeout 120 "$USIW" run "$@"
+    else
+        timeout 120 "$@"
+    fi
+}
+
+device() {  # SIDE KIND
+    case $2 in usiw) echo usiw0 ;; *) echo "$2$1" ;; esac
+}
+
+# Until the server listens: siw and usiw listen on TCP; rxe (RoCE) has no
+# TCP listener to see, so it gets a fixed pause.
+wait_listen() {  # KIND
+    [ "$1" = rxe ] && { sleep 3; return 0; }
+    for _ in $(seq 150); do
+        ss -Hltn "sport = :18600" 2>/dev/null | grep -q . && return 0
+        sleep 0.2
+    done
+    return 1
+}
+
+# perftest KIND TEST ARGS...: prints the client's result row.
+perftest() {
+    local kind=$1 test=$2
+    shift 2
+    run b "$kind" "$test" -R -F -d "$(device b "$kind")" -p 18600 "$@" >"$WORK/server" 2>&1 &
+    local spid=$!
+    wait_listen "$kind"
+
+    run a "$kind" "$test" -R -F -d "$(device a "$kind")" -p 18600 "$@" 192.0.2.2 >"$WORK/client" 2>&1
+    wait "$spid"
+    local log
+    log=$LOGS/$kind-$test$(printf '_%s' "$@")
+
+    cp "$WORK/server" "$log.server"
+    cp "$WORK/client" "$log.client"
+    if ! grep -E '^ *[0-9]+ +[0-9]+ +[0-9.]+' "$WORK/client" | tail -n 1; then
+        {
+            echo "bench_guest: $kind $test $*: no result; the ends' output:"
+            tail -n 5 "$WORK/server" | sed 's/^/  server: /'
+            tail -n 5 "$WORK/client" | sed 's/^/  client: /'
+        } >&2
+    fi
+}
+
+
+record() {  # KIND TEST SIZE METRIC VALUE
+    echo "$1,$2,$3,$4,$5" | tee -a "$CSV"
+}
+
+for kind in $KINDS; do
+
+    for test in ib_write_bw ib_send_bw ib_read_bw; do
+        for size in 65536 1048576; do
+            # About 64 MiB (x SCALE) per run.
+            r=$(perftest "$kind" "$test" -s "$size" -n "$(awk -v s="$SCALE" -v z="$size" \
+                'BEGIN { n = int(s * 67108864 / z); print n < 20 ? 20 : n }')")
+            # bytes iterations peak average(MiB/s) msgrate: MiB/s -> Gbit/s
+            record "$kind" "$test" "$size" Gbit/s "$(awk '{if ($4 != "") printf "%.3f", $4 * 1048576 * 8 / 1e9}' <<<"$r")"
+        done
+    done
+    for test in ib_write_lat ib_send_lat ib_read_lat; do
+        r=$(perftest "$kind" "$test" -s 8 -n "$(awk -v s="$SCALE" 'BEGIN { print int(s * 1000) }')")
+
+        # bytes iterations t_min t_max t_typical t_avg ...
+        record "$kind" "$test" 8 usec "$(awk '{print $6}' <<<"$r")"
+    done
+done
