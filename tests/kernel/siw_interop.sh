@@ -9,6 +9,9 @@
 #   - a connection without an MPA request and reply,
 #   - an RDMAP opcode other than RFC 5040's (0-7), or a TERMINATE where
 #     none was provoked, or none where one was.
+# A negative control (plain TCP, not MPA) must be refused, and kernel siw
+# talking to itself must pass (the baseline).
+
 # The upper-layer heuristics that would misread test payloads as their own
 # (rpcordma, iser, nvme-rdma, smb_direct) are turned off.
 #
@@ -103,8 +106,19 @@ checked=0
 if [ -f "$out/captures/manifest" ]; then
     while read -r name want; do
         checked=$((checked + 1))
-        wire_check "$name" "$want" || wire_failed=$((wire_failed + 1))
+        if [ "$want" = must-fail ]; then
+            # The negative control: the check must refuse it.
+            if wire_check "$name" >"$out/$name.wire" 2>&1; then
+                echo "WIRE FAIL: $name: a capture of plain TCP passed the wire check"
+                wire_failed=$((wire_failed + 1))
+            else
+                echo "WIRE PASS: $name (refused, as it must be: $(grep -m1 '^  ' "$out/$name.wire" | sed 's/^ *//'))"
+            fi
+        else
+            wire_check "$name" "$want" || wire_failed=$((wire_failed + 1))
+        fi
     done <"$out/captures/manifest"
+
 fi
 echo "siw_interop: wire check of $checked captures: $((checked - wire_failed)) passed, $wire_failed failed"
 if [ $checked -eq 0 ]; then

@@ -86,8 +86,8 @@ wait_listen() {  # NETNS PORT
 
 # Captures va during one check, TCP only (no ARP or IPv6 noise), with a
 # large buffer: under emulation dumpcap is easily late.
-capture_start() {  # NAME
-    dumpcap -B 256 -i va -f tcp -w "$CAPTURES/$1.pcapng" >"$WORK/$1.dumpcap" 2>&1 &
+capture_start() {  # NAME [INTERFACE]
+    dumpcap -B 256 -i "${2:-va}" -f tcp -w "$CAPTURES/$1.pcapng" >"$WORK/$1.dumpcap" 2>&1 &
     capture_pid=$!
     for _ in $(seq 100); do
         grep -q "Capturing on" "$WORK/$1.dumpcap" 2>/dev/null && return 0
@@ -102,8 +102,10 @@ capture_stop() {
 }
 
 # pair NAME DIRECTION SERVER_REGEX CLIENT_REGEX [terminate] -- SERVER_ARGS -- CLIENT_ARGS
-# DIRECTION: usiw-siw (usiw client, siw server) or siw-usiw. The server's
-# address is appended to nothing: callers put it in the arguments.
+# DIRECTION: usiw-siw (usiw client, siw server), siw-usiw, or siw-siw
+# (kernel siw at both ends, captured on lo: the wire check's baseline). Callers put
+
+# the server's address in the arguments.
 pair() {
     local name=$1 dir=$2 sre=$3 cre=$4 want=""
     shift 4
@@ -113,12 +115,15 @@ pair() {
     while [ $# -gt 0 ] && [ "$1" != -- ]; do sargs+=("$1"); shift; done
     shift
     cargs=("$@")
-    local server client snet="" port=${PORT:-18515}
-    if [ "$dir" = usiw-siw ]; then server=on_siw; client=on_usiw
-    else server=on_usiw; client=on_siw; snet=$NS; fi
+    local server client snet="" port=${PORT:-18515} wire=va
+    case $dir in
+        usiw-siw) server=on_siw client=on_usiw ;;
+        siw-usiw) server=on_usiw client=on_siw snet=$NS ;;
+        siw-siw) server=on_siw client=on_siw wire=lo ;;
+    esac
     local tag=${name// /_}
     tag=${tag//=/-}
-    capture_start "$tag"
+    capture_start "$tag" "$wire"
     $server "${sargs[@]}" >"$WORK/$tag.server" 2>&1 &
     local spid=$!
     if ! wait_listen "$snet" "$port"; then
@@ -180,6 +185,39 @@ stock_tools() {  # DIR LABEL
 
 setup
 echo "siw_interop: $(uname -r), siw from $(basename "$USIW_GUEST_SIW_KO"), $(rdma link | head -n 1)"
+
+# The wire check's negative control: plain TCP that is not MPA, which the
+# host side must refuse (manifest mark "must-fail").
+capture_start raw-tcp-control
+ip netns exec "$NS" timeout 30 python3 -c '
+import socket
+s = socket.create_server(("'"$USIW_ADDR"'", 7176))
+c, _ = s.accept()
+c.recv(100)
+c.sendall(b"not an MPA reply " * 200)
+' &
+control_pid=$!
+wait_listen "$NS" 7176
+timeout 30 python3 -c '
+import socket
+c = socket.create_connection(("'"$USIW_ADDR"'", 7176))
+c.sendall(b"not an MPA request")
+while c.recv(65536):
+    pass
+'
+wait "$control_pid"
+capture_stop
+
+echo "raw-tcp-control must-fail" >>"$CAPTURES/manifest"
+
+# The wire check's baseline: kernel siw with itself must decode cleanly.
+
+# Both ends on siw0's address: the kernel carries the TCP over lo.
+PORT=7175 pair "siw-siw rping -V" siw-siw 'server ping data: rdma-ping-9:' 'ping data: rdma-ping-9:' \
+    -- rping -s -a "$SIW_ADDR" -p 7175 -v -V -C 10 -S 4000 \
+    -- rping -c -a "$SIW_ADDR" -p 7175 -v -V -C 10 -S 4000
+
+
 
 for dir in usiw-siw siw-usiw; do
     stock_tools "$dir" "$dir"
