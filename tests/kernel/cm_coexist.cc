@@ -45,7 +45,7 @@
 
 namespace {
 
-constexpr int kTimeoutMs = 60000;  // generous: the guest runs under emulation
+constexpr int kTimeoutMs = 30000;  // generous: the guest runs under emulation
 constexpr size_t kSlot = 4096;     // receive slot
 constexpr int kSlots = 4;
 constexpr size_t kHalf = 64 * 1024;  // region: [readable pattern | write target]

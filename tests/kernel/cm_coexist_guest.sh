@@ -70,16 +70,16 @@ setup() {
 }
 
 # plain CMD...: over the kernel only (no preload).
-plain() { timeout 120 "$@"; }
+plain() { timeout 60 "$@"; }
 # under_usiw CMD...: under `usiw run`, usiw0 on vb.
 under_usiw() {
-    USIW_CONFIG_DIR=$WORK/conf USIW_SYSTEM_CONFIG_DIR=$WORK/conf timeout 120 "$USIW" run "$@"
+    USIW_CONFIG_DIR=$WORK/conf USIW_SYSTEM_CONFIG_DIR=$WORK/conf timeout 60 "$USIW" run "$@"
 }
 
 wait_listen() {  # PORT...
     local port
     for port in "$@"; do
-        for _ in $(seq 150); do
+        for _ in $(seq 100); do
             ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && continue 2
             sleep 0.2
         done
