@@ -114,6 +114,11 @@ void destroy_unseen_child(CmId* child) {
     enter(&child->state, IdState::kDestroying, child);
     if (child->conn)
         child->conn->abandon();
+    // Events that came for it meanwhile (a kernel-backed child's real id
+    // may have some) go with it.
+    for (CmEvent* e :
+         channel_withdraw(child->channel(), [child](const CmEvent& e) { return e.owner == child; }))
+        delete e;
     kernel::destroy(child);
     if (child->sync)
         channel_destroy(child->channel());
