@@ -1,15 +1,19 @@
 // rdma_getaddrinfo / rdma_freeaddrinfo and rdma_get_devices /
 // rdma_free_devices without the kernel: names through getaddrinfo(3), as
 // librdmacm does for IP addresses (IB service resolution has no meaning
-// for iWARP), and the devices as the CM's shared contexts.
+// for iWARP), and the devices as the CM's shared contexts, after the
+// kernel's devices as the real librdmacm opened them.
 #include <netdb.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <unordered_map>
 
 #include "cm/address.h"
 #include "cm/cm.h"
+#include "cm/kernel.h"
 
 namespace usiw::cm {
 
@@ -147,23 +151,62 @@ void freeaddrinfo(rdma_addrinfo* res) {
     }
 }
 
+namespace {
+
+// The real librdmacm's lists behind the ones handed out, which
+// rdma_free_devices gives back.
+struct RealLists {
+    std::mutex mutex;  // protects `of`
+    std::unordered_map<ibv_context**, ibv_context**> of;
+};
+
+RealLists& real_lists() {
+    static auto* lists = new RealLists;
+    return *lists;
+}
+
+}  // namespace
+
 ibv_context** get_devices(int* num_devices) {
-    const auto contexts = all_device_contexts();
-    auto** list =
-        static_cast<ibv_context**>(std::calloc(contexts.size() + 1, sizeof(ibv_context*)));
+    std::vector<ibv_context*> all;
+    ibv_context** real_list = kernel::get_devices(&all);
+    for (DeviceContext* dc : all_device_contexts())
+        all.push_back(dc->verbs);
+    auto** list = static_cast<ibv_context**>(std::calloc(all.size() + 1, sizeof(ibv_context*)));
+    if (list && real_list) {
+        try {
+            std::lock_guard lock(real_lists().mutex);
+            real_lists().of[list] = real_list;
+        } catch (...) {
+            std::free(list);
+            list = nullptr;
+        }
+    }
     if (num_devices)
-        *num_devices = list ? static_cast<int>(contexts.size()) : 0;
+        *num_devices = list ? static_cast<int>(all.size()) : 0;
     if (!list) {
+        if (real_list)
+            kernel::free_devices(real_list);
         errno = ENOMEM;
         return nullptr;
     }
-    for (size_t i = 0; i < contexts.size(); ++i)
-        list[i] = contexts[i]->verbs;
+    for (size_t i = 0; i < all.size(); ++i)
+        list[i] = all[i];
     return list;
 }
 
 void free_devices(ibv_context** list) {
-    // The contexts stay open for the CM (as librdmacm keeps its own).
+    // usiw's contexts stay open for the CM (as librdmacm keeps its own).
+    ibv_context** real_list = nullptr;
+    {
+        std::lock_guard lock(real_lists().mutex);
+        if (const auto it = real_lists().of.find(list); it != real_lists().of.end()) {
+            real_list = it->second;
+            real_lists().of.erase(it);
+        }
+    }
+    if (real_list)
+        kernel::free_devices(real_list);
     std::free(list);
 }
 

@@ -13,7 +13,10 @@
 //    to the QP before ESTABLISHED; REJECTED, UNREACHABLE and CONNECT_ERROR
 //    follow the kernel's iWARP mapping of the connect status;
 //  - DISCONNECTED comes when the QP's stream ends for any reason. iWARP
-//    has no TIMEWAIT_EXIT (the kernel only makes it for IB).
+//    has no TIMEWAIT_EXIT (the kernel only makes it for IB);
+//  - an id whose address turns out to be a kernel RDMA device's (and no
+//    usiw device's) is kernel-backed: every call on it goes on to the real
+//    librdmacm, and its events reach the same channel (kernel.h).
 //
 // Every function returns 0 or an errno value (never throws); the glue
 // turns that into librdmacm's -1/errno.
@@ -26,8 +29,9 @@
 
 namespace usiw::cm {
 
-// True when this process has usiw devices: then every rdma_cm id is served
-// here. Otherwise the glue passes every call to the real librdmacm.
+// True when this process has usiw devices: then every rdma_* call comes
+// here, and ids on kernel RDMA devices are passed on from here (kernel.h).
+// Otherwise the glue passes every call to the real librdmacm.
 bool serving();
 
 // Event channels and events.
@@ -43,6 +47,9 @@ int destroy_id(rdma_cm_id* id);
 int migrate_id(rdma_cm_id* id, rdma_event_channel* channel);
 int set_option(rdma_cm_id* id, int level, int optname, void* optval, size_t optlen);
 int notify(rdma_cm_id* id, ibv_event_type event);
+int join_multicast(rdma_cm_id* id, sockaddr* addr, void* context);  // kernel-backed ids only
+int join_multicast_ex(rdma_cm_id* id, rdma_cm_join_mc_attr_ex* attr, void* context);
+int leave_multicast(rdma_cm_id* id, sockaddr* addr);
 int set_local_ece(rdma_cm_id* id, ibv_ece* ece);
 int get_remote_ece(rdma_cm_id* id, ibv_ece* ece);
 uint16_t src_port(rdma_cm_id* id);  // network order
@@ -56,6 +63,7 @@ int listen(rdma_cm_id* id, int backlog);
 int connect(rdma_cm_id* id, const rdma_conn_param* param);
 int accept(rdma_cm_id* id, const rdma_conn_param* param);
 int reject(rdma_cm_id* id, const void* private_data, uint8_t private_data_len);
+int reject_ece(rdma_cm_id* id, const void* private_data, uint8_t private_data_len);
 int disconnect(rdma_cm_id* id);
 int establish(rdma_cm_id* id);
 int init_qp_attr(rdma_cm_id* id, ibv_qp_attr* attr, int* mask);

@@ -16,6 +16,7 @@
 #include "cm/connection.h"
 #include "cm/engine.h"
 #include "cm/id.h"
+#include "cm/kernel.h"
 #include "glue/provider.h"
 #include "verbs/log.h"
 #include "verbs/stream.h"
@@ -192,16 +193,45 @@ int bind_addr(rdma_cm_id* id, const sockaddr* addr) {
     const auto address = SockAddr::from(addr);
     if (!id || !address)
         return EINVAL;
+    CmId* c = to_id(id);
+    bool kernel_backed = c->kernel != nullptr;
+    if (!kernel_backed)
+        if (int err = kernel::decide(c, *address, &kernel_backed))
+            return err;
+    if (kernel_backed)
+        return kernel::bind_addr(c, addr);
+    if (c->kernel_only)
+        return EPROTONOSUPPORT;
     std::lock_guard lock(cm_mutex());
-    return bind_locked(to_id(id), *address);
+    return bind_locked(c, *address);
 }
 
-int resolve_addr(rdma_cm_id* id, const sockaddr* src, const sockaddr* dst, int) {
+int resolve_addr(rdma_cm_id* id, const sockaddr* src, const sockaddr* dst, int timeout_ms) {
     auto destination = SockAddr::from(dst);
     const auto source = SockAddr::from(src);
     if (!id || !destination || (src && !source))
         return EINVAL;
     CmId* c = to_id(id);
+    // Decided by the source: the one given, else the one the kernel routes
+    // the destination from.
+    bool kernel_backed = c->kernel != nullptr;
+    if (!kernel_backed && c->state == IdState::kIdle) {
+        SockAddr local;
+        bool known = false;
+        if (source && !source->is_any()) {
+            local = *source;
+            known = true;
+        } else if (!destination->is_any()) {
+            known = route_source(*destination, &local) == 0;
+        }
+        if (known)
+            if (int err = kernel::decide(c, local, &kernel_backed))
+                return err;
+    }
+    if (kernel_backed)
+        return kernel::resolve_addr(c, src, dst, timeout_ms);
+    if (c->kernel_only)
+        return EPROTONOSUPPORT;
     {
         std::lock_guard lock(cm_mutex());
         if (c->state == IdState::kIdle && source) {
@@ -265,10 +295,12 @@ int resolve_addr(rdma_cm_id* id, const sockaddr* src, const sockaddr* dst, int) 
     return complete_sync(c);
 }
 
-int resolve_route(rdma_cm_id* id, int) {
+int resolve_route(rdma_cm_id* id, int timeout_ms) {
     if (!id)
         return EINVAL;
     CmId* c = to_id(id);
+    if (c->kernel)
+        return kernel::resolve_route(c, timeout_ms);
     {
         std::lock_guard lock(cm_mutex());
         if (c->state != IdState::kAddrResolved)
@@ -285,6 +317,11 @@ int listen(rdma_cm_id* id, int backlog) {
     if (!id)
         return EINVAL;
     CmId* c = to_id(id);
+    if (c->kernel)
+        return kernel::listen(c, backlog);
+    // Unbound, it listens on the wildcard address: usiw's (kernel.h).
+    if (c->kernel_only)
+        return EPROTONOSUPPORT;
     std::lock_guard lock(cm_mutex());
     const int depth = backlog > 0 ? std::min(backlog, SOMAXCONN) : SOMAXCONN;
     if (c->state == IdState::kListening)
@@ -320,6 +357,8 @@ int connect(rdma_cm_id* id, const rdma_conn_param* param) {
     if (!id)
         return EINVAL;
     CmId* c = to_id(id);
+    if (c->kernel)
+        return kernel::connect(c, param);
     {
         std::lock_guard lock(cm_mutex());
         Engine::get().drain_inbox();
@@ -347,6 +386,8 @@ int accept(rdma_cm_id* id, const rdma_conn_param* param) {
     if (!id)
         return EINVAL;
     CmId* c = to_id(id);
+    if (c->kernel)
+        return kernel::accept(c, param);
     {
         std::lock_guard lock(cm_mutex());
         Engine::get().drain_inbox();
@@ -375,6 +416,8 @@ int reject(rdma_cm_id* id, const void* private_data, uint8_t private_data_len) {
     if (!id)
         return EINVAL;
     CmId* c = to_id(id);
+    if (c->kernel)
+        return kernel::reject(c, private_data, private_data_len, false);
     std::lock_guard lock(cm_mutex());
     if (c->state != IdState::kConnectRequest || !c->conn)
         return EINVAL;
@@ -384,10 +427,19 @@ int reject(rdma_cm_id* id, const void* private_data, uint8_t private_data_len) {
     return c->conn->reject(data);
 }
 
+int reject_ece(rdma_cm_id* id, const void* private_data, uint8_t private_data_len) {
+    if (id && to_id(id)->kernel)
+        return kernel::reject(to_id(id), private_data, private_data_len, true);
+    // No ECE on iWARP: a plain reject.
+    return reject(id, private_data, private_data_len);
+}
+
 int disconnect(rdma_cm_id* id) {
     if (!id)
         return EINVAL;
     CmId* c = to_id(id);
+    if (c->kernel)
+        return kernel::disconnect(c);
     bool wait = false;
     {
         std::lock_guard lock(cm_mutex());
@@ -416,6 +468,8 @@ int disconnect(rdma_cm_id* id) {
 }
 
 int establish(rdma_cm_id* id) {
+    if (id && to_id(id)->kernel)
+        return kernel::establish(to_id(id));
     if (!id || id->qp)
         return EINVAL;
     // iWARP has no CONNECT_RESPONSE step: the connection is established
@@ -425,6 +479,8 @@ int establish(rdma_cm_id* id) {
 }
 
 int init_qp_attr(rdma_cm_id* id, ibv_qp_attr* attr, int* mask) {
+    if (id && to_id(id)->kernel)
+        return kernel::init_qp_attr(to_id(id), attr, mask);
     if (!id || !attr || !mask || !id->verbs)
         return EINVAL;
     // What the kernel's iw_cm_init_qp_attr answers: INIT with the remote

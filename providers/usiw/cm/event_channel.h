@@ -28,6 +28,9 @@
 namespace usiw::cm {
 
 struct CmId;
+namespace kernel {
+class KernelEvents;
+}
 
 struct CmEvent {
     rdma_cm_event event{};  // first: what the application holds
@@ -40,6 +43,12 @@ struct EventChannel {
 
     std::mutex queue_mutex;      // protects `queue`
     std::deque<CmEvent*> queue;  // nullptr: an event withdrawn before it was taken
+
+    // The real librdmacm's channel of this channel's kernel-backed ids
+    // (kernel.h), made with the first of them; the CM engine takes its
+    // events (kernel_events) and queues them here. Both with the CM lock.
+    rdma_event_channel* kernel = nullptr;
+    kernel::KernelEvents* kernel_events = nullptr;
 };
 
 inline EventChannel* to_channel(rdma_event_channel* c) {

@@ -14,6 +14,7 @@
 #include "cm/cm.h"
 #include "cm/connection.h"
 #include "cm/engine.h"
+#include "cm/kernel.h"
 #include "glue/provider.h"
 #include "verbs/log.h"
 
@@ -113,6 +114,12 @@ void destroy_unseen_child(CmId* child) {
     enter(&child->state, IdState::kDestroying, child);
     if (child->conn)
         child->conn->abandon();
+    // Events that came for it meanwhile (a kernel-backed child's real id
+    // may have some) go with it.
+    for (CmEvent* e :
+         channel_withdraw(child->channel(), [child](const CmEvent& e) { return e.owner == child; }))
+        delete e;
+    kernel::destroy(child);
     if (child->sync)
         channel_destroy(child->channel());
     delete child;
@@ -162,8 +169,14 @@ int create_event_channel(rdma_event_channel** channel) {
 }
 
 void destroy_event_channel(rdma_event_channel* channel) {
-    if (channel)
-        channel_destroy(to_channel(channel));
+    if (!channel)
+        return;
+    EventChannel* c = to_channel(channel);
+    {
+        std::lock_guard lock(cm_mutex());
+        kernel::close_channel(c);
+    }
+    channel_destroy(c);
 }
 
 int get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
@@ -187,7 +200,10 @@ int create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context, rdma_
               ibv_qp_type qp_type) {
     if (!id)
         return EINVAL;
-    if (qp_type != IBV_QPT_RC) {
+    // Only a kernel device (rxe, hardware) can serve another QP type: the id
+    // is made if there is one, and must become kernel-backed.
+    const bool kernel_only = qp_type != IBV_QPT_RC;
+    if (kernel_only && !kernel::available()) {
         log_debug("rdma_create_id: port space 0x%x needs %s QPs; iWARP has only RC",
                   static_cast<unsigned>(ps), qp_type == IBV_QPT_UD ? "UD" : "non-RC");
         return EPROTONOSUPPORT;
@@ -195,6 +211,7 @@ int create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context, rdma_
     auto* c = new (std::nothrow) CmId;
     if (!c)
         return ENOMEM;
+    c->kernel_only = kernel_only;
     if (channel) {
         c->id.channel = channel;
     } else {
@@ -240,6 +257,7 @@ int destroy_id(rdma_cm_id* id) {
         c->id.event = nullptr;
     }
     wait_for_acks(c);
+    kernel::destroy(c);  // the real id of a kernel-backed one
     if (c->sync)
         channel_destroy(c->channel());
     delete c;
@@ -257,15 +275,29 @@ int migrate_id(rdma_cm_id* id, rdma_event_channel* channel) {
         return errno;
     EventChannel* old = nullptr;
     bool old_sync = false;
+    int err = 0;
     {
         std::lock_guard lock(cm_mutex());
-        old = c->channel();
-        old_sync = c->sync;
-        const auto moved = channel_withdraw(old, [c](const CmEvent& e) { return e.owner == c; });
-        c->id.channel = &target->channel;
-        c->sync = channel == nullptr;
-        for (CmEvent* e : moved)
-            channel_push(target, e);
+        // A kernel-backed id's real id moves too, in the same step: its
+        // later events come through the target's real channel, behind the
+        // ones moved here.
+        if (c->kernel)
+            err = kernel::migrate(c, channel ? target : nullptr);
+        if (!err) {
+            old = c->channel();
+            old_sync = c->sync;
+            const auto moved =
+                channel_withdraw(old, [c](const CmEvent& e) { return e.owner == c; });
+            c->id.channel = &target->channel;
+            c->sync = channel == nullptr;
+            for (CmEvent* e : moved)
+                channel_push(target, e);
+        }
+    }
+    if (err) {
+        if (!channel)
+            channel_destroy(target);
+        return err;
     }
     if (old_sync && c->id.event) {
         event_ack(to_event(c->id.event));
@@ -282,6 +314,8 @@ int set_option(rdma_cm_id* id, int level, int optname, void* optval, size_t optl
     if (!id || !optval)
         return EINVAL;
     CmId* c = to_id(id);
+    if (c->kernel)
+        return kernel::set_option(c, level, optname, optval, optlen);
     std::lock_guard lock(cm_mutex());
     if (level == RDMA_OPTION_IB)
         return optname == RDMA_OPTION_IB_PATH ? EINVAL : ENOSYS;  // no IB paths on iWARP
@@ -333,12 +367,34 @@ int set_option(rdma_cm_id* id, int level, int optname, void* optval, size_t optl
     }
 }
 
-int notify(rdma_cm_id* id, ibv_event_type) {
+int notify(rdma_cm_id* id, ibv_event_type event) {
+    if (id && to_id(id)->kernel)
+        return kernel::notify(to_id(id), event);
     // Only IB's CM wants to hear about the QP's first receive.
     return id && id->verbs ? 0 : EINVAL;
 }
 
+int join_multicast(rdma_cm_id* id, sockaddr* addr, void* context) {
+    if (id && to_id(id)->kernel)
+        return kernel::join_multicast(to_id(id), addr, context);
+    return ENOSYS;  // iWARP has no multicast (the kernel's rdma_cm answers the same)
+}
+
+int join_multicast_ex(rdma_cm_id* id, rdma_cm_join_mc_attr_ex* attr, void* context) {
+    if (id && to_id(id)->kernel)
+        return kernel::join_multicast_ex(to_id(id), attr, context);
+    return ENOSYS;
+}
+
+int leave_multicast(rdma_cm_id* id, sockaddr* addr) {
+    if (id && to_id(id)->kernel)
+        return kernel::leave_multicast(to_id(id), addr);
+    return EADDRNOTAVAIL;  // never joined
+}
+
 int set_local_ece(rdma_cm_id* id, ibv_ece* ece) {
+    if (id && to_id(id)->kernel)
+        return kernel::set_local_ece(to_id(id), ece);
     if (!id || id->qp || !ece || !ece->vendor_id || ece->comp_mask)
         return EINVAL;
     std::lock_guard lock(cm_mutex());
@@ -347,6 +403,8 @@ int set_local_ece(rdma_cm_id* id, ibv_ece* ece) {
 }
 
 int get_remote_ece(rdma_cm_id* id, ibv_ece* ece) {
+    if (id && to_id(id)->kernel)
+        return kernel::get_remote_ece(to_id(id), ece);
     if (!id || id->qp || !ece)
         return EINVAL;
     std::lock_guard lock(cm_mutex());

@@ -40,6 +40,14 @@ struct CmId {
     bool sync = false;  // created without a channel: calls wait for their own event
     DeviceContext* device = nullptr;
 
+    // Kernel-backed (kernel.h): the real librdmacm's id every call is
+    // forwarded to; set once, when the id's address turns out to be a
+    // kernel RDMA device's. nullptr for an id usiw serves.
+    rdma_cm_id* kernel = nullptr;
+    // A port space only a kernel device serves (UD QPs): usiw refuses to
+    // bind it (EPROTONOSUPPORT) unless it becomes kernel-backed.
+    bool kernel_only = false;
+
     // The local TCP socket before a connection takes it: bound by
     // rdma_bind_addr (or implicitly), listening after rdma_listen.
     UniqueFd socket;

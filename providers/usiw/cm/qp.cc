@@ -9,6 +9,7 @@
 #include "cm/connection.h"
 #include "cm/engine.h"
 #include "cm/id.h"
+#include "cm/kernel.h"
 #include "verbs/objects.h"
 
 namespace usiw::cm {
@@ -65,6 +66,8 @@ int create_cqs(rdma_cm_id* id, uint32_t send_size, uint32_t recv_size) {
 }  // namespace
 
 int create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) {
+    if (id && to_id(id)->kernel)
+        return kernel::create_qp_ex(to_id(id), attr);
     if (!id || !attr || id->qp || !id->verbs)
         return EINVAL;
     if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd) {
@@ -116,6 +119,8 @@ int create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) {
 }
 
 int create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* attr) {
+    if (id && to_id(id)->kernel)
+        return kernel::create_qp(to_id(id), pd, attr);
     if (!id || !attr)
         return EINVAL;
     ibv_qp_init_attr_ex ex{};
@@ -128,6 +133,8 @@ int create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* attr) {
 }
 
 void destroy_qp(rdma_cm_id* id) {
+    if (id && to_id(id)->kernel)
+        return kernel::destroy_qp(to_id(id));
     if (!id || !id->qp)
         return;
     {
@@ -142,6 +149,8 @@ void destroy_qp(rdma_cm_id* id) {
 }
 
 int create_srq_ex(rdma_cm_id* id, ibv_srq_init_attr_ex* attr) {
+    if (id && to_id(id)->kernel)
+        return kernel::create_srq_ex(to_id(id), attr);
     if (!id || !attr || !(attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE))
         return EINVAL;
     if (attr->srq_type != IBV_SRQT_BASIC)
@@ -163,6 +172,8 @@ int create_srq_ex(rdma_cm_id* id, ibv_srq_init_attr_ex* attr) {
 }
 
 int create_srq(rdma_cm_id* id, ibv_pd* pd, ibv_srq_init_attr* attr) {
+    if (id && to_id(id)->kernel)
+        return kernel::create_srq(to_id(id), pd, attr);
     if (!id || !attr)
         return EINVAL;
     ibv_srq_init_attr_ex ex{};
@@ -176,6 +187,8 @@ int create_srq(rdma_cm_id* id, ibv_pd* pd, ibv_srq_init_attr* attr) {
 }
 
 void destroy_srq(rdma_cm_id* id) {
+    if (id && to_id(id)->kernel)
+        return kernel::destroy_srq(to_id(id));
     if (!id)
         return;
     if (id->srq)
@@ -196,7 +209,9 @@ int create_ep(rdma_cm_id** out, rdma_addrinfo* res, ibv_pd* pd, ibv_qp_init_attr
     if (res->ai_flags & RAI_PASSIVE) {
         err = bind_addr(id, res->ai_src_addr);
         if (!err) {
-            if (pd)
+            if (pd && c->kernel)
+                kernel::set_pd(c, pd);  // for the real id's rdma_get_request too
+            else if (pd)
                 id->pd = pd;
             if (qp_init_attr) {
                 std::lock_guard lock(cm_mutex());
@@ -242,6 +257,24 @@ int get_request(rdma_cm_id* listen, rdma_cm_id** out) {
     CmId* c = to_id(listen);
     if (!c->sync)
         return EINVAL;
+    if (c->kernel) {
+        CmId* child = nullptr;
+        if (int err = kernel::get_request(c, &child))
+            return err;
+        std::optional<ibv_qp_init_attr> attr;
+        {
+            std::lock_guard lock(cm_mutex());
+            attr = c->qp_init_attr;
+        }
+        if (attr) {
+            if (int err = create_qp(&child->id, listen->pd, &*attr)) {
+                destroy_id(&child->id);
+                return err;
+            }
+        }
+        *out = &child->id;
+        return 0;
+    }
     if (listen->event) {
         ack_cm_event(listen->event);
         listen->event = nullptr;

@@ -17,6 +17,7 @@ struct Transition {
 using I = IdState;
 constexpr Transition<IdState> kIdTransitions[] = {
     {I::kIdle, I::kAddrBound},
+    {I::kIdle, I::kKernel},  // its address is a kernel RDMA device's
     {I::kAddrBound, I::kAddrResolved},
     {I::kAddrBound, I::kListening},
     {I::kAddrResolved, I::kRouteResolved},
@@ -105,6 +106,8 @@ const char* state_name(IdState state) {
             return "disconnected";
         case I::kClosed:
             return "closed";
+        case I::kKernel:
+            return "kernel";
         case I::kDestroying:
             return "destroying";
     }

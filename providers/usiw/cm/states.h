@@ -28,6 +28,7 @@ enum class IdState : uint8_t {
     kDisconnecting,   // rdma_disconnect: waiting for the stream to end
     kDisconnected,    // the stream ended; DISCONNECTED delivered
     kClosed,          // refused, failed or rejected: no connection any more
+    kKernel,          // kernel-backed (kernel.h): the kernel's rdma_cm keeps the state
     kDestroying,      // rdma_destroy_id under way
 };
 

@@ -6,11 +6,22 @@
 // librdmacm 44 exports it with (see usiw.map), so that with the provider
 // preloaded (`usiw run`) programs bound to librdmacm reach these first.
 //
-// When this process has usiw devices, every call is served by usiw's CM
-// (cm/cm.h) -- all ids, whatever address they use: a kernel rdma_cm id and
-// a usiw id cannot share one process yet. When it has none, every call
-// goes to the real librdmacm (dlvsym(RTLD_NEXT, name, version)), so
-// preloading usiw changes nothing for kernel RDMA devices.
+// When this process has usiw devices, every call goes to usiw's CM
+// (cm/cm.h). It serves the ids on usiw devices itself and passes the others
+// on: an id whose address turns out to be a kernel RDMA device's (siw, rxe,
+// hardware) becomes kernel-backed, and from then on each call on it is
+// forwarded to an id of the real librdmacm, whose events come through the
+// same event channel (cm/kernel.h; Documentation/cm.md, "Kernel devices
+// beside usiw's"). So one process under `usiw run` can hold connections on
+// both kinds of device. When the process has no usiw devices, every call
+// goes straight to the real librdmacm (dlvsym(RTLD_NEXT, name, version)),
+// so preloading usiw changes nothing there.
+//
+// The real librdmacm calls its own exported functions (rdma_create_id,
+// rdma_get_cm_event, rdma_init_qp_attr, ...) through the PLT, so the
+// preload brings those calls here too; usiw's CM marks the thread while it
+// is inside the real librdmacm (cm::kernel::inside_real), and such calls go
+// straight through.
 //
 // No C++ exception leaves this file: each entry point turns one into
 // ENOMEM (or EIO) in librdmacm's -1/errno convention.
@@ -20,6 +31,7 @@
 #include <new>
 
 #include "cm/cm.h"
+#include "cm/kernel.h"
 
 namespace {
 
@@ -65,15 +77,20 @@ void guarded_void(Call&& call) noexcept {
     }
 }
 
-using usiw::cm::serving;
 namespace cm = usiw::cm;
+
+// Straight to the real librdmacm: the call comes from inside it, or the
+// process has no usiw devices.
+bool direct() {
+    return cm::kernel::inside_real() || !cm::serving();
+}
 
 }  // namespace
 
 extern "C" {
 
 rdma_event_channel* rdma_create_event_channel(void) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_create_event_channel, "RDMACM_1.0");
         return next ? next() : (missing(), nullptr);
     }
@@ -82,7 +99,7 @@ rdma_event_channel* rdma_create_event_channel(void) {
 }
 
 void rdma_destroy_event_channel(rdma_event_channel* channel) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_destroy_event_channel, "RDMACM_1.0");
         if (next)
             next(channel);
@@ -93,7 +110,7 @@ void rdma_destroy_event_channel(rdma_event_channel* channel) {
 
 int rdma_create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context,
                    rdma_port_space ps) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_create_id, "RDMACM_1.0");
         return next ? next(channel, id, context, ps) : missing();
     }
@@ -104,7 +121,7 @@ int rdma_create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context,
 
 int rdma_create_ep(rdma_cm_id** id, rdma_addrinfo* res, ibv_pd* pd,
                    ibv_qp_init_attr* qp_init_attr) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_create_ep, "RDMACM_1.0");
         return next ? next(id, res, pd, qp_init_attr) : missing();
     }
@@ -112,7 +129,7 @@ int rdma_create_ep(rdma_cm_id** id, rdma_addrinfo* res, ibv_pd* pd,
 }
 
 void rdma_destroy_ep(rdma_cm_id* id) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_destroy_ep, "RDMACM_1.0");
         if (next)
             next(id);
@@ -122,7 +139,7 @@ void rdma_destroy_ep(rdma_cm_id* id) {
 }
 
 int rdma_destroy_id(rdma_cm_id* id) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_destroy_id, "RDMACM_1.0");
         return next ? next(id) : missing();
     }
@@ -130,7 +147,7 @@ int rdma_destroy_id(rdma_cm_id* id) {
 }
 
 int rdma_bind_addr(rdma_cm_id* id, sockaddr* addr) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_bind_addr, "RDMACM_1.0");
         return next ? next(id, addr) : missing();
     }
@@ -138,7 +155,7 @@ int rdma_bind_addr(rdma_cm_id* id, sockaddr* addr) {
 }
 
 int rdma_resolve_addr(rdma_cm_id* id, sockaddr* src_addr, sockaddr* dst_addr, int timeout_ms) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_resolve_addr, "RDMACM_1.0");
         return next ? next(id, src_addr, dst_addr, timeout_ms) : missing();
     }
@@ -146,7 +163,7 @@ int rdma_resolve_addr(rdma_cm_id* id, sockaddr* src_addr, sockaddr* dst_addr, in
 }
 
 int rdma_resolve_route(rdma_cm_id* id, int timeout_ms) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_resolve_route, "RDMACM_1.0");
         return next ? next(id, timeout_ms) : missing();
     }
@@ -154,7 +171,7 @@ int rdma_resolve_route(rdma_cm_id* id, int timeout_ms) {
 }
 
 int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_create_qp, "RDMACM_1.0");
         return next ? next(id, pd, qp_init_attr) : missing();
     }
@@ -162,7 +179,7 @@ int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) {
 }
 
 int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* qp_init_attr) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_create_qp_ex, "RDMACM_1.0");
         return next ? next(id, qp_init_attr) : missing();
     }
@@ -170,7 +187,7 @@ int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* qp_init_attr) {
 }
 
 void rdma_destroy_qp(rdma_cm_id* id) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_destroy_qp, "RDMACM_1.0");
         if (next)
             next(id);
@@ -180,7 +197,7 @@ void rdma_destroy_qp(rdma_cm_id* id) {
 }
 
 int rdma_create_srq(rdma_cm_id* id, ibv_pd* pd, ibv_srq_init_attr* attr) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_create_srq, "RDMACM_1.0");
         return next ? next(id, pd, attr) : missing();
     }
@@ -188,7 +205,7 @@ int rdma_create_srq(rdma_cm_id* id, ibv_pd* pd, ibv_srq_init_attr* attr) {
 }
 
 int rdma_create_srq_ex(rdma_cm_id* id, ibv_srq_init_attr_ex* attr) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_create_srq_ex, "RDMACM_1.0");
         return next ? next(id, attr) : missing();
     }
@@ -196,7 +213,7 @@ int rdma_create_srq_ex(rdma_cm_id* id, ibv_srq_init_attr_ex* attr) {
 }
 
 void rdma_destroy_srq(rdma_cm_id* id) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_destroy_srq, "RDMACM_1.0");
         if (next)
             next(id);
@@ -206,7 +223,7 @@ void rdma_destroy_srq(rdma_cm_id* id) {
 }
 
 int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_connect, "RDMACM_1.0");
         return next ? next(id, conn_param) : missing();
     }
@@ -214,7 +231,7 @@ int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
 }
 
 int rdma_listen(rdma_cm_id* id, int backlog) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_listen, "RDMACM_1.0");
         return next ? next(id, backlog) : missing();
     }
@@ -222,7 +239,7 @@ int rdma_listen(rdma_cm_id* id, int backlog) {
 }
 
 int rdma_get_request(rdma_cm_id* listen, rdma_cm_id** id) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_get_request, "RDMACM_1.0");
         return next ? next(listen, id) : missing();
     }
@@ -230,7 +247,7 @@ int rdma_get_request(rdma_cm_id* listen, rdma_cm_id** id) {
 }
 
 int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_accept, "RDMACM_1.0");
         return next ? next(id, conn_param) : missing();
     }
@@ -238,7 +255,7 @@ int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
 }
 
 int rdma_reject(rdma_cm_id* id, const void* private_data, uint8_t private_data_len) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_reject, "RDMACM_1.0");
         return next ? next(id, private_data, private_data_len) : missing();
     }
@@ -246,7 +263,7 @@ int rdma_reject(rdma_cm_id* id, const void* private_data, uint8_t private_data_l
 }
 
 int rdma_notify(rdma_cm_id* id, ibv_event_type event) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_notify, "RDMACM_1.0");
         return next ? next(id, event) : missing();
     }
@@ -254,43 +271,41 @@ int rdma_notify(rdma_cm_id* id, ibv_event_type event) {
 }
 
 int rdma_disconnect(rdma_cm_id* id) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_disconnect, "RDMACM_1.0");
         return next ? next(id) : missing();
     }
     return guarded([&] { return cm::disconnect(id); });
 }
 
-// iWARP has no multicast (the kernel's rdma_cm answers ENOSYS for it).
+// iWARP has no multicast (the kernel's rdma_cm answers ENOSYS for it);
+// a kernel-backed id may have it.
 int rdma_join_multicast(rdma_cm_id* id, sockaddr* addr, void* context) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_join_multicast, "RDMACM_1.0");
         return next ? next(id, addr, context) : missing();
     }
-    errno = ENOSYS;
-    return -1;
+    return guarded([&] { return cm::join_multicast(id, addr, context); });
 }
 
 int rdma_leave_multicast(rdma_cm_id* id, sockaddr* addr) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_leave_multicast, "RDMACM_1.0");
         return next ? next(id, addr) : missing();
     }
-    errno = EADDRNOTAVAIL;  // never joined
-    return -1;
+    return guarded([&] { return cm::leave_multicast(id, addr); });
 }
 
 int rdma_join_multicast_ex(rdma_cm_id* id, rdma_cm_join_mc_attr_ex* mc_join_attr, void* context) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_join_multicast_ex, "RDMACM_1.1");
         return next ? next(id, mc_join_attr, context) : missing();
     }
-    errno = ENOSYS;
-    return -1;
+    return guarded([&] { return cm::join_multicast_ex(id, mc_join_attr, context); });
 }
 
 int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_get_cm_event, "RDMACM_1.0");
         return next ? next(channel, event) : missing();
     }
@@ -298,7 +313,7 @@ int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
 }
 
 int rdma_ack_cm_event(rdma_cm_event* event) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_ack_cm_event, "RDMACM_1.0");
         return next ? next(event) : missing();
     }
@@ -306,7 +321,7 @@ int rdma_ack_cm_event(rdma_cm_event* event) {
 }
 
 __be16 rdma_get_src_port(rdma_cm_id* id) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_get_src_port, "RDMACM_1.0");
         return next ? next(id) : 0;
     }
@@ -314,7 +329,7 @@ __be16 rdma_get_src_port(rdma_cm_id* id) {
 }
 
 __be16 rdma_get_dst_port(rdma_cm_id* id) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_get_dst_port, "RDMACM_1.0");
         return next ? next(id) : 0;
     }
@@ -322,7 +337,7 @@ __be16 rdma_get_dst_port(rdma_cm_id* id) {
 }
 
 ibv_context** rdma_get_devices(int* num_devices) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_get_devices, "RDMACM_1.0");
         return next ? next(num_devices) : (missing(), nullptr);
     }
@@ -335,7 +350,7 @@ ibv_context** rdma_get_devices(int* num_devices) {
 }
 
 void rdma_free_devices(ibv_context** list) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_free_devices, "RDMACM_1.0");
         if (next)
             next(list);
@@ -349,7 +364,7 @@ const char* rdma_event_str(rdma_cm_event_type event) {
 }
 
 int rdma_set_option(rdma_cm_id* id, int level, int optname, void* optval, size_t optlen) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_set_option, "RDMACM_1.0");
         return next ? next(id, level, optname, optval, optlen) : missing();
     }
@@ -357,7 +372,7 @@ int rdma_set_option(rdma_cm_id* id, int level, int optname, void* optval, size_t
 }
 
 int rdma_migrate_id(rdma_cm_id* id, rdma_event_channel* channel) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_migrate_id, "RDMACM_1.0");
         return next ? next(id, channel) : missing();
     }
@@ -366,7 +381,7 @@ int rdma_migrate_id(rdma_cm_id* id, rdma_event_channel* channel) {
 
 int rdma_getaddrinfo(const char* node, const char* service, const rdma_addrinfo* hints,
                      rdma_addrinfo** res) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_getaddrinfo, "RDMACM_1.0");
         return next ? next(node, service, hints, res) : missing();
     }
@@ -379,7 +394,7 @@ int rdma_getaddrinfo(const char* node, const char* service, const rdma_addrinfo*
 }
 
 void rdma_freeaddrinfo(rdma_addrinfo* res) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_freeaddrinfo, "RDMACM_1.0");
         if (next)
             next(res);
@@ -389,7 +404,7 @@ void rdma_freeaddrinfo(rdma_addrinfo* res) {
 }
 
 int rdma_establish(rdma_cm_id* id) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_establish, "RDMACM_1.2");
         return next ? next(id) : missing();
     }
@@ -397,7 +412,7 @@ int rdma_establish(rdma_cm_id* id) {
 }
 
 int rdma_init_qp_attr(rdma_cm_id* id, ibv_qp_attr* qp_attr, int* qp_attr_mask) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_init_qp_attr, "RDMACM_1.2");
         return next ? next(id, qp_attr, qp_attr_mask) : missing();
     }
@@ -405,7 +420,7 @@ int rdma_init_qp_attr(rdma_cm_id* id, ibv_qp_attr* qp_attr, int* qp_attr_mask) {
 }
 
 int rdma_set_local_ece(rdma_cm_id* id, ibv_ece* ece) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_set_local_ece, "RDMACM_1.3");
         return next ? next(id, ece) : missing();
     }
@@ -413,7 +428,7 @@ int rdma_set_local_ece(rdma_cm_id* id, ibv_ece* ece) {
 }
 
 int rdma_get_remote_ece(rdma_cm_id* id, ibv_ece* ece) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_get_remote_ece, "RDMACM_1.3");
         return next ? next(id, ece) : missing();
     }
@@ -421,12 +436,11 @@ int rdma_get_remote_ece(rdma_cm_id* id, ibv_ece* ece) {
 }
 
 int rdma_reject_ece(rdma_cm_id* id, const void* private_data, uint8_t private_data_len) {
-    if (!serving()) {
+    if (direct()) {
         USIW_NEXT(rdma_reject_ece, "RDMACM_1.3");
         return next ? next(id, private_data, private_data_len) : missing();
     }
-    // No ECE on iWARP: a plain reject.
-    return guarded([&] { return cm::reject(id, private_data, private_data_len); });
+    return guarded([&] { return cm::reject_ece(id, private_data, private_data_len); });
 }
 
 }  // extern "C"

@@ -224,6 +224,12 @@ Commands:
       By hand, the same is:
         LD_PRELOAD=%s USIW_RUN=1 CMD [ARGS...]
       Set-user-ID programs ignore LD_PRELOAD.
+      rdma_cm (librdmacm) calls: an id whose address is a usiw device's, the
+      wildcard or loopback is served by usiw in user space; an id whose
+      address belongs to a kernel RDMA device (siw, rxe, hardware) and to no
+      usiw device goes to the kernel's rdma_cm, so one program can use both,
+      through one event channel. A listener on the wildcard address hears
+      usiw devices only: bind a kernel device's address to listen there.
 
   stat [show] [NAME]  (also `usiw statistic`)
       Prints each device's datapath counters in the form of `rdma
