@@ -259,13 +259,17 @@ perftest_row() {  # LOG SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR TEST AR
     echo "$r $(cpu_sum "$log.cpu-server" "$log.cpu-client" || true)"
 }
 
+# perftest -D counts iterations and time only inside its measuring window:
+# the run less a margin of duration/4 (whole seconds) at each end.
+window=$((seconds - 2 * (seconds / 4)))
+
 # perftest_sound LABEL ROW: true when the result row of a -D run adds up,
-# iterations x size within 10% of average MiB/s x duration (in a sound run
-# they agree to 0.1%). Under heavy CPU contention perftest has reported,
-# now and then, 0.00 MB/sec for a run whose iterations moved gigabytes;
-# such a row is not used, and this says so.
+# iterations x size within 10% of average MiB/s x the measuring window (in
+# a sound run they agree to 0.1%). Under heavy CPU contention perftest has
+# reported, now and then, 0.00 MB/sec for a run whose iterations moved
+# gigabytes; such a row is not used, and this says so.
 perftest_sound() {
-    awk -v label="$1" -v seconds="$seconds" '{ counted = $1 * $2; timed = $4 * 1048576 * seconds
+    awk -v label="$1" -v seconds="$window" '{ counted = $1 * $2; timed = $4 * 1048576 * seconds
         if (counted >= 0.9 * timed && counted <= 1.1 * timed) exit 0
         printf "bench.sh: %s: result row not used: %.0f iterations of %d bytes, but an" \
             " average of %.2f MiB/s over %d s\n", label, $2, $1, $4, seconds > "/dev/stderr"
@@ -312,9 +316,12 @@ measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
                 row "$path" "$test" "$size" Mmsg/s "$(awk '{print $5}' <<<"$r")" "$mmsgs"
             fi
             if [ "$size" -ge 65536 ]; then
-                # bytes moved: iterations x size
+                # bytes moved in the whole run (the CPU time's span):
+                # iterations x size, counted in the window, scaled to it
                 row "$path" "$test" "$size" cpu_s/GiB "$(per_gib "$(awk '{ print $6 }' <<<"$r")" \
-                    "$(awk '{ printf "%.0f", $1 * $2 }' <<<"$r")")" "$tcp_cpu"
+                    "$(awk -v d="$seconds" -v w="$window" '{ printf "%.0f", $1 * $2 * d / w }' \
+                    <<<"$r")")" "$tcp_cpu"
+
             fi
         done
     done
