@@ -33,7 +33,7 @@ USIW=$BUILD/bin/usiw
 CSV=${USIW_GUEST_SHARE:?run this in the guest (scripts/qemu/guest.sh)}/guest-bench.csv
 LOGS=$USIW_GUEST_SHARE/logs
 mkdir -p "$LOGS"
-WORK=$(mktemp -d /tmp/bench.XXXXXX)
+WORK=$(mktemp -d -t bench.XXXXXX)  # under $TMPDIR: the guest's /tmp is read-only
 
 die() { echo "bench_guest: $*"; exit 1; }
 

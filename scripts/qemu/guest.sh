@@ -10,8 +10,8 @@
 #                                        and the initramfs (idempotent)
 #   scripts/qemu/guest.sh run [--share DIR] SCRIPT [ARGS...]
 #                                        prepare, boot, run SCRIPT (a path on
-#                                        this machine, not under /tmp) in the
-#                                        guest, print its output, exit with
+#                                        this machine) in the guest, print
+#                                        its output, exit with
 #                                        its exit code. With --share, DIR is
 #                                        the guest's writable share and is
 #                                        kept (results, captures).
@@ -21,7 +21,9 @@
 # machine that cannot emulate reports the tests skipped, never passed.
 #
 # Inside the guest the script runs in a chroot of the shared root with /proc,
-# /sys, /dev and a fresh tmpfs /tmp and /run; USIW_GUEST_SIW_KO names the
+# /sys, /dev and a fresh tmpfs /run; this machine's /tmp stays visible (read
+# only, like the rest), and $TMPDIR (/run/tmp, also $HOME) is the guest's
+# scratch space. USIW_GUEST_SIW_KO names the
 # siw.ko to insmod, USIW_GUEST=1 is set. Nothing it does reaches this
 # machine except what it writes under $USIW_GUEST_SHARE (a writable share).
 #
@@ -119,16 +121,15 @@ mount -t devtmpfs dev /host/dev
 mkdir -p /host/dev/pts /host/dev/shm
 mount -t devpts devpts /host/dev/pts
 mount -t tmpfs tmpfs /host/dev/shm
-mount -t tmpfs tmpfs /host/tmp
 mount -t tmpfs tmpfs /host/run
-mkdir -p /host/run/share
+mkdir -p /host/run/share /host/run/tmp
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 share /host/run/share || { echo "init: no result share"; poweroff -f; }
 echo /bin/modprobe-host >/proc/sys/kernel/modprobe
 ip link set lo up 2>/dev/null || chroot /host ip link set lo up
 touch /host/run/share/booted
 . /host/run/share/env
 chroot /host /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    HOME=/tmp TERM=dumb USIW_GUEST=1 USIW_GUEST_SHARE=/run/share USIW_GUEST_SIW_KO="$SIW_KO" \
+    HOME=/run/tmp TMPDIR=/run/tmp TERM=dumb USIW_GUEST=1 USIW_GUEST_SHARE=/run/share USIW_GUEST_SIW_KO="$SIW_KO" \
     /bin/bash -c 'cd "$1" && shift && exec "$@"' guest "$WORKDIR" $SCRIPT \
     >/host/run/share/output 2>&1 </dev/null
 echo $? >/host/run/share/rc
@@ -162,9 +163,7 @@ run() {
     script=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
     shift
     [ -f "$script" ] || { say "no such script: $script"; exit 2; }
-    case $script in
-        /tmp/*) say "$script: the guest has its own /tmp; put the script elsewhere"; exit 2 ;;
-    esac
+
     local abi
     abi=$(prepare | tail -n 1) && [ -n "$abi" ] || { say "cannot prepare the guest: skipped"; exit $SKIP; }
     [ -n "$share" ] || share=$(mktemp -d /tmp/usiw-guest.XXXXXX)
