@@ -35,23 +35,11 @@ KADDR=192.0.2.1   # RFC 5737 test addresses, only inside this guest
 UADDR=192.0.2.2
 RXEADDR=198.51.100.1
 WORK=$(mktemp -d -t coexist.XXXXXX)  # under $TMPDIR: the guest's /tmp is read-only
-START=$(date +%s)
-passed=0
-failed=0
-
-elapsed() { echo "[$(($(date +%s) - START)) s]"; }
-ok() { echo "PASS: $1 $(elapsed)"; passed=$((passed + 1)); }
-bad() { echo "FAIL: $1 $(elapsed)"; failed=$((failed + 1)); }
-show() { tail -n 8 "$2" | cut -c1-160 | sed "s/^/  $1: /"; }
-die() { echo "cm_coexist: $*"; exit 1; }
+GUEST_TEST=cm_coexist
+. "$(dirname "$0")/guest_lib.sh"
 
 setup() {
-    [ -n "${USIW_GUEST:-}" ] || die "run this in the guest (scripts/qemu/guest.sh)"
-    local m
-    for m in ib_core ib_uverbs rdma_ucm iw_cm libcrc32c veth; do
-        modprobe "$m" || die "modprobe $m failed"
-    done
-    insmod "$USIW_GUEST_SIW_KO" || die "insmod $USIW_GUEST_SIW_KO failed"
+    load_rdma_modules
     ip link add va type veth peer name vb &&
         ip addr add "$KADDR/24" dev va && ip addr add "$UADDR/24" dev vb &&
         ip link set va up && ip link set vb up || die "cannot set up the veth pair"

@@ -27,24 +27,11 @@ SIW_ADDR=192.0.2.1     # RFC 5737 test addresses, only inside this guest
 USIW_ADDR=192.0.2.2
 WORK=$(mktemp -d -t interop.XXXXXX)  # under $TMPDIR: the guest's /tmp is read-only
 CAPTURES=${USIW_GUEST_SHARE:?run this in the guest (scripts/qemu/guest.sh)}/captures
-START=$(date +%s)
-passed=0
-failed=0
-
-elapsed() { echo "[$(($(date +%s) - START)) s]"; }
-ok() { echo "PASS: $1 $(elapsed)"; passed=$((passed + 1)); }
-bad() { echo "FAIL: $1 $(elapsed)"; failed=$((failed + 1)); }
-# show WHO FILE: the end of a program's output, long lines cut.
-show() { tail -n 8 "$2" | cut -c1-160 | sed "s/^/  $1: /"; }
-
-die() { echo "siw_interop: $*"; exit 1; }
+GUEST_TEST=siw_interop
+. "$(dirname "$0")/guest_lib.sh"
 
 setup() {
-    local m
-    for m in ib_core ib_uverbs rdma_ucm iw_cm libcrc32c veth; do
-        modprobe "$m" || die "modprobe $m failed"
-    done
-    insmod "$USIW_GUEST_SIW_KO" || die "insmod $USIW_GUEST_SIW_KO failed"
+    load_rdma_modules
     ip netns add "$NS" &&
         ip link add va type veth peer name vb netns "$NS" &&
         ip addr add "$SIW_ADDR/24" dev va && ip link set va up &&
