@@ -570,6 +570,46 @@ void test_golden_write(void**) {
     assert_int_equal(d.phase(), Phase::kHeader);
 }
 
+// bytes_before_payload() says how much to read so that a read stops where
+// the next payload begins: never past it, for tagged and untagged FPDUs.
+void test_bytes_before_payload(void**) {
+    const Bytes payload(5000, 'x');
+    Bytes stream = frame_one(make_write(7, 0x1000), payload, false);
+    const size_t write_wire = stream.size();
+    const Bytes send = frame_one(make_send(1, 0), payload, false);
+    stream.insert(stream.end(), send.begin(), send.end());
+    Deframer d(Deframer::Config{.crc = false});
+    std::span<const std::byte> all(reinterpret_cast<const std::byte*>(stream.data()),
+                                   stream.size());
+    // feed N bytes: returns the kinds seen
+    auto feed = [&](size_t n) {
+        std::span<const std::byte> in = all.first(n);
+        all = all.subspan(n);
+        for (;;) {
+            const Event ev = d.next(in);
+            if (ev.kind == Kind::kNeedMore)
+                return;
+            assert_int_not_equal(ev.kind, Kind::kFault);
+        }
+    };
+    assert_int_equal(d.bytes_before_payload(), kTaggedHeaderSize);  // assumed tagged
+    feed(kTaggedHeaderSize);
+    assert_int_equal(d.phase(), Phase::kPayload);
+    assert_int_equal(d.payload_remaining(), payload.size());
+    const size_t trailer = write_wire - kTaggedHeaderSize - payload.size();  // pad + CRC
+    assert_int_equal(d.bytes_before_payload(), payload.size() + trailer + kTaggedHeaderSize);
+    feed(4000);  // part of the payload, as if received in place
+
+    assert_int_equal(d.bytes_before_payload(), 1000 + trailer + kTaggedHeaderSize);
+    feed(1000 + trailer + kTaggedHeaderSize);
+    // The Send's header is untagged (20 bytes): 16 were read, 4 are wanted.
+    assert_int_equal(d.phase(), Phase::kHeader);
+    assert_int_equal(d.bytes_before_payload(), kUntaggedHeaderSize - kTaggedHeaderSize);
+    feed(kUntaggedHeaderSize - kTaggedHeaderSize);
+    assert_int_equal(d.phase(), Phase::kPayload);
+    assert_int_equal(d.payload_remaining(), payload.size());
+}
+
 // Read Request: 48-byte header, no payload, no pad.
 void test_golden_read_request(void**) {
     SegmentHeader h;
@@ -1464,6 +1504,8 @@ int main() {
         cmocka_unit_test(test_framer_cursor_across_fpdus),
         cmocka_unit_test(test_framer_errors),
         cmocka_unit_test(test_golden_write),
+        cmocka_unit_test(test_bytes_before_payload),
+
         cmocka_unit_test(test_golden_read_request),
         cmocka_unit_test(test_segmenter_write),
         cmocka_unit_test(test_segmenter_send),

@@ -22,6 +22,9 @@ constexpr size_t kReceiveBuffer = 256 * 1024;
 // Payload at least this large is received straight into its destination;
 // smaller payloads come through the staging buffer, many FPDUs a recv().
 constexpr size_t kDirectPlacementMin = 4096;
+// After this many FPDUs in a row with payloads below kDirectPlacementMin,
+// the receive path goes back to reading many FPDUs per system call.
+constexpr uint8_t kSmallRunEndsInPlace = 4;
 
 using wire::Opcode;
 namespace term = wire::term;
@@ -146,6 +149,16 @@ class Receiver {
 
     void on_header(const wire::SegmentHeader& h) {
         s_->rx_dest = Stream::RxDest::kNone;
+        // Large payloads come in runs with a small one between (a 64 KiB
+        // message is a 65516-byte FPDU and a 20-byte one): a few small ones
+        // in a row end the run.
+        if (h.payload_size() >= kDirectPlacementMin) {
+            s_->rx_in_place = true;
+            s_->rx_small_run = 0;
+        } else if (++s_->rx_small_run >= kSmallRunEndsInPlace) {
+            s_->rx_in_place = false;
+        }
+
         if (!s_->first_rx_seen) {
             s_->first_rx_seen = true;
             if (s_->tx_held.exchange(false))
@@ -481,7 +494,22 @@ void receive_locked(Stream* s) {
                 continue;
             }
         } else {
-            n = recv(s->fd, staging.data(), staging.size(), MSG_DONTWAIT);
+            // While payloads are large, stop each read where the next one
+            // begins (the trailer and a header: about 20 bytes, one more
+            // system call per FPDU); otherwise the staging read would take
+            // whole FPDUs that then have to be copied out of it.
+            const size_t header_first = s->rx_in_place ? s->deframer.bytes_before_payload() : 0;
+            n = recv(s->fd, staging.data(), header_first > 0 ? header_first : staging.size(),
+                     MSG_DONTWAIT);
+            if (n > 0 && header_first > 0) {
+                count(s->context->device->stats->rx_bytes, static_cast<uint64_t>(n));
+                if (!receiver.feed({staging.data(), static_cast<size_t>(n)}))
+                    break;
+                if (static_cast<size_t>(n) < header_first)
+                    break;  // drained for now
+                continue;
+            }
+
             if (n > 0) {
                 count(s->context->device->stats->rx_bytes, static_cast<uint64_t>(n));
                 if (!receiver.feed({staging.data(), static_cast<size_t>(n)}))

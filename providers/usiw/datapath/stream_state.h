@@ -163,6 +163,11 @@ struct Stream {
     bool first_rx_seen = false;
     bool rtr_seen = false;
     bool rx_swallow = false;  // the current Send is the peer's RTR
+    // The last FPDU's payload was large enough to receive in place: read the
+    // next header on its own, so that its payload can be too.
+    bool rx_in_place = false;
+    uint8_t rx_small_run = 0;  // FPDUs in a row with small payloads
+
     // A receive WQE is bound to the current Send message. Set by the receive
     // path, cleared by it or by a flush, under completion_mutex.
     std::atomic<bool> rx_have_wqe{false};

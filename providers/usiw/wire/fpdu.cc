@@ -204,6 +204,23 @@ Deframer::Event Deframer::next(std::span<const std::byte>& input) noexcept {
     }
 }
 
+size_t Deframer::bytes_before_payload() const noexcept {
+    const size_t header_rest = hdr_need_ == kControlSize
+                                   ? kTaggedHeaderSize - std::min(hdr_have_, kTaggedHeaderSize)
+                                   : hdr_need_ - hdr_have_;
+    switch (phase_) {
+        case Phase::kHeader:
+            return header_rest;
+        case Phase::kTrailer:
+            return trailer_need_ - trailer_have_ + kTaggedHeaderSize;
+        case Phase::kPayload:
+            return payload_size_ - payload_done_ + trailer_need_ + kTaggedHeaderSize;
+        case Phase::kFailed:
+            break;
+    }
+    return 0;
+}
+
 void Deframer::payload_placed(std::span<const std::byte> placed) noexcept {
     if (phase_ != Phase::kPayload || placed.size() > payload_size_ - payload_done_) {
         fail_with(Fault{term::kDdpCatastrophic, "more payload placed than the FPDU carries"});

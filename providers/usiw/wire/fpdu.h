@@ -149,6 +149,15 @@ class Deframer {
     size_t payload_remaining() const noexcept {
         return phase_ == Phase::kPayload ? payload_size_ - payload_done_ : 0;
     }
+    // How many bytes the stream holds before the next FPDU's payload begins:
+    // the rest of the current payload (a caller that places large payloads
+    // itself asks only inside small ones), trailer and the next header,
+    // assumed tagged (WRITE, Read Response: the payloads worth receiving in
+    // place; never more than any header) until its control fields are in.
+    // A caller reads exactly this much, and then that payload into place.
+
+    size_t bytes_before_payload() const noexcept;
+
     // Reports `placed` bytes of the current payload that the caller received
     // directly into their destination (bypassing next()). They are
     // checksummed here. Must not exceed payload_remaining().
