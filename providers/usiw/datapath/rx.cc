@@ -499,22 +499,13 @@ void receive_locked(Stream* s) {
             // system call per FPDU); otherwise the staging read would take
             // whole FPDUs that then have to be copied out of it.
             const size_t header_first = s->rx_in_place ? s->deframer.bytes_before_payload() : 0;
-            n = recv(s->fd, staging.data(), header_first > 0 ? header_first : staging.size(),
-                     MSG_DONTWAIT);
-            if (n > 0 && header_first > 0) {
-                count(s->context->device->stats->rx_bytes, static_cast<uint64_t>(n));
-                if (!receiver.feed({staging.data(), static_cast<size_t>(n)}))
-                    break;
-                if (static_cast<size_t>(n) < header_first)
-                    break;  // drained for now
-                continue;
-            }
-
+            const size_t want = header_first > 0 ? header_first : staging.size();
+            n = recv(s->fd, staging.data(), want, MSG_DONTWAIT);
             if (n > 0) {
                 count(s->context->device->stats->rx_bytes, static_cast<uint64_t>(n));
                 if (!receiver.feed({staging.data(), static_cast<size_t>(n)}))
                     break;
-                if (static_cast<size_t>(n) < staging.size())
+                if (static_cast<size_t>(n) < want)
                     break;  // drained for now
                 continue;
             }
