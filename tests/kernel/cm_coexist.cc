@@ -34,7 +34,6 @@
 #include <rdma/rdma_cma.h>
 
 #include <chrono>
-#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -42,6 +41,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "pattern.h"
 
 namespace {
 
@@ -53,32 +54,9 @@ constexpr size_t kSendBody = 2000;
 constexpr size_t kWriteSize = 48 * 1024;
 constexpr size_t kReadSize = 24 * 1024;
 
-[[noreturn]] void die(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-void die(const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    std::fputs("cm_coexist: ", stderr);
-    std::vfprintf(stderr, fmt, ap);
-    std::fputc('\n', stderr);
-    va_end(ap);
-    std::exit(1);
-}
-
-uint8_t pattern_byte(uint32_t seed, size_t i) {
-    const uint32_t x = static_cast<uint32_t>(i) * 2654435761u + seed * 40503u;
-    return static_cast<uint8_t>(x >> 24 ^ x >> 11 ^ seed);
-}
-void fill(uint8_t* p, size_t len, uint32_t seed, size_t offset = 0) {
-    for (size_t i = 0; i < len; i++)
-        p[i] = pattern_byte(seed, offset + i);
-}
-void expect_pattern(const std::string& what, const uint8_t* p, size_t len, uint32_t seed,
-                    size_t offset = 0) {
-    for (size_t i = 0; i < len; i++)
-        if (p[i] != pattern_byte(seed, offset + i))
-            die("%s: byte %zu of %zu is 0x%02x, expected 0x%02x", what.c_str(), i, len, p[i],
-                pattern_byte(seed, offset + i));
-}
+using usiw_test::die;
+using usiw_test::expect_pattern;
+using usiw_test::fill;
 
 enum Kind : uint32_t { kAdvert = 1, kWrote = 2, kDone = 3 };
 struct Message {
@@ -300,7 +278,7 @@ void receive_message(Conn& c, Kind kind) {
     std::memcpy(&m, slot, sizeof m);
     if (m.kind != kind)
         die("%s: message kind %u, expected %u", c.address.c_str(), m.kind, kind);
-    expect_pattern(c.address + " SEND payload", slot + sizeof(Message), kSendBody,
+    expect_pattern((c.address + " SEND payload").c_str(), slot + sizeof(Message), kSendBody,
                    peer_seed() + kind);
     if (kind == kAdvert)
         c.peer = m;
@@ -341,7 +319,8 @@ void read_from_peer(Conn& c) {
     if (int rc = ibv_post_send(c.id->qp, &wr, &bad))
         die("%s: ibv_post_send (READ): %s", c.address.c_str(), std::strerror(rc));
     poll_one(c, c.send_cq, "RDMA READ");
-    expect_pattern(c.address + " RDMA READ destination", dst, kReadSize, peer_seed(), 777);
+    expect_pattern((c.address + " RDMA READ destination").c_str(), dst, kReadSize, peer_seed(),
+                   777);
 }
 
 void exchange_data() {
@@ -355,8 +334,8 @@ void exchange_data() {
     }
     for (auto& c : conns) {
         receive_message(*c, kWrote);
-        expect_pattern(c->address + " RDMA WRITE target", c->region.data() + kHalf, kWriteSize,
-                       peer_seed() + 100);
+        expect_pattern((c->address + " RDMA WRITE target").c_str(), c->region.data() + kHalf,
+                       kWriteSize, peer_seed() + 100);
     }
     for (auto& c : conns)
         read_from_peer(*c);

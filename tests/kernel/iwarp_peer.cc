@@ -26,13 +26,14 @@
 #include <rdma/rdma_cma.h>
 
 #include <chrono>
-#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "pattern.h"
 
 namespace {
 
@@ -49,35 +50,9 @@ constexpr size_t kSendSize = 40 * 1000;
 enum class Role { kServer, kClient };
 enum class Scenario { kData, kReject, kTerminateWrite, kTerminateRead };
 
-[[noreturn]] void die(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-void die(const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    std::fputs("iwarp_peer: ", stderr);
-    std::vfprintf(stderr, fmt, ap);
-    std::fputc('\n', stderr);
-    va_end(ap);
-    std::exit(1);
-}
-
-// The byte at offset i of pattern `seed`: differs between seeds and
-// positions, so a misplaced or shifted byte shows.
-uint8_t pattern_byte(uint32_t seed, size_t i) {
-    uint32_t x = static_cast<uint32_t>(i) * 2654435761u + seed * 40503u;
-    return static_cast<uint8_t>(x >> 24 ^ x >> 11 ^ seed);
-}
-void fill(uint8_t* p, size_t len, uint32_t seed, size_t offset = 0) {
-    for (size_t i = 0; i < len; i++)
-        p[i] = pattern_byte(seed, offset + i);
-}
-void expect_pattern(const char* what, const uint8_t* p, size_t len, uint32_t seed,
-                    size_t offset = 0) {
-    for (size_t i = 0; i < len; i++) {
-        if (p[i] != pattern_byte(seed, offset + i))
-            die("%s: byte %zu of %zu is 0x%02x, expected 0x%02x", what, i, len, p[i],
-                pattern_byte(seed, offset + i));
-    }
-}
+using usiw_test::die;
+using usiw_test::expect_pattern;
+using usiw_test::fill;
 
 uint32_t seed_of(Role role) {
     return role == Role::kServer ? 0x5e5e : 0xc1c1;
