@@ -601,7 +601,11 @@ void test_bytes_before_payload(void**) {
     feed(4000);  // part of the payload, as if received in place
 
     assert_int_equal(d.bytes_before_payload(), 1000 + trailer + kTaggedHeaderSize);
-    feed(1000 + trailer + kTaggedHeaderSize);
+    feed(1000);  // the payload's end: now the trailer
+    assert_int_equal(d.phase(), Phase::kTrailer);
+    assert_int_equal(d.bytes_before_payload(), trailer + kTaggedHeaderSize);
+    feed(trailer + kTaggedHeaderSize);
+
     // The Send's header is untagged (20 bytes): 16 were read, 4 are wanted.
     assert_int_equal(d.phase(), Phase::kHeader);
     assert_int_equal(d.bytes_before_payload(), kUntaggedHeaderSize - kTaggedHeaderSize);
