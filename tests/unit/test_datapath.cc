@@ -11,8 +11,10 @@
 // Each side of a connection opens its own device context (its own STag
 // table and async event queue), as two processes would.
 //
-// ctest runs this with LD_PRELOAD set to the provider and the link
-// configuration pointed at an empty directory (tests/unit/CMakeLists.txt).
+// ctest runs this with LD_PRELOAD set to the provider and a link
+// configuration of its own, whose one device (kDevice, on lo) no other test
+// uses, so its counters move only with this test's traffic
+// (tests/unit/CMakeLists.txt).
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -39,6 +41,7 @@
 #include <thread>
 #include <vector>
 
+#include "host/device_stats.h"
 #include "wire/fpdu.h"
 #include "wire/rdmap.h"
 
@@ -61,6 +64,7 @@ namespace wire = usiw::wire;
 namespace term = usiw::wire::term;
 using Clock = std::chrono::steady_clock;
 
+constexpr char kDevice[] = "usiwdp0";
 constexpr int kTimeoutMs = 5000;  // for anything that must happen
 constexpr int kQuietMs = 50;      // for anything that must not happen
 constexpr uint8_t kGuard = 0xA5;
@@ -172,11 +176,14 @@ Host new_host() {
     EXPECT(list != nullptr, "ibv_get_device_list: %s", std::strerror(errno));
     ibv_device* dev = nullptr;
     for (int i = 0; i < n; ++i)
-        if (std::strcmp(ibv_get_device_name(list[i]), "usiw0") == 0)
+        if (std::strcmp(ibv_get_device_name(list[i]), kDevice) == 0)
             dev = list[i];
     if (!dev)
         ibv_free_device_list(list);
-    EXPECT(dev != nullptr, "no usiw0 device: is libusiw-rdmav34.so preloaded?");
+    EXPECT(dev != nullptr,
+           "no %s device: is libusiw-rdmav34.so preloaded, and USIW_CONFIG_DIR's links naming it?",
+           kDevice);
+
     Host h;
     h.ctx = ibv_open_device(dev);
     ibv_free_device_list(list);
@@ -1411,6 +1418,118 @@ void test_many_qps(void**) {
 }
 
 // ===========================================================================
+// Who moves the datapath: the progress engine's thread, or an application
+// thread busy-polling a CQ
+
+// A counter of this test's device (kDevice).
+uint64_t device_counter(std::atomic<uint64_t> usiw::DeviceStats::*counter) {
+    std::string error;
+    usiw::DeviceStats* stats = usiw::map_device_stats(kDevice, true, &error);
+    EXPECT(stats != nullptr, "the counters of %s: %s", kDevice, error.c_str());
+    return (stats->*counter).load();
+}
+
+struct ProgressCounts {
+    uint64_t in_poll = device_counter(&usiw::DeviceStats::progress_in_poll);
+    uint64_t in_engine = device_counter(&usiw::DeviceStats::progress_in_engine);
+
+    ProgressCounts since(const ProgressCounts& before) const {
+        ProgressCounts d = *this;
+        d.in_poll -= before.in_poll;
+        d.in_engine -= before.in_engine;
+        return d;
+    }
+};
+
+// A thread calling ibv_poll_cq in a loop on a CQ that no QP uses, as a
+// benchmark spinning on its completion queue does.
+class Spinner {
+  public:
+    explicit Spinner(ibv_cq* cq) : cq_(cq), thread_([this] { run(); }) {
+        const auto deadline = Clock::now() + std::chrono::milliseconds(kTimeoutMs);
+        while (polls_.load() < 10000 && Clock::now() < deadline)
+            usleep(100);
+        EXPECT(polls_.load() >= 10000, "the spinning thread polled %" PRIu64 " times in %d ms",
+               polls_.load(), kTimeoutMs);
+    }
+    ~Spinner() { stop(); }
+    void stop() {
+        stop_.store(true);
+        if (thread_.joinable())
+            thread_.join();
+    }
+
+  private:
+    void run() {
+        ibv_wc wc;
+        while (!stop_.load()) {
+            ibv_poll_cq(cq_, 1, &wc);
+            polls_.fetch_add(1);
+        }
+    }
+    ibv_cq* cq_;
+    std::atomic<bool> stop_{false};
+    std::atomic<uint64_t> polls_{0};
+    std::thread thread_;
+};
+
+// WRITEs 4 MiB of pattern `seed` from A to B with nothing polled on either
+// side (unsignaled), waits for the last bytes to land in B's memory, as a
+// latency benchmark watching its buffer does, and checks every byte.
+void write_and_watch(Pair& p, const Buf& src, const Buf& dst, uint32_t seed, const char* what) {
+    where("progress: %s", what);
+    pattern(src.p, src.n, seed);
+    post(p.a, rdma_wr(IBV_WR_RDMA_WRITE, seed, {src.sge(0, src.n)}, dst.addr(), dst.rkey(), 0));
+    const uint8_t* tail = dst.p + dst.n - 16;
+    const auto deadline = Clock::now() + std::chrono::milliseconds(kTimeoutMs);
+    while (std::memcmp(tail, src.p + src.n - 16, 16) != 0 && Clock::now() < deadline)
+        usleep(100);
+    expect_bytes(dst.p, src.p, dst.n, what);
+}
+
+// While nobody polls, the engine's thread places what arrives. While an
+// application thread busy-polls any CQ (here one with no QP at all), that
+// thread does the engine's work for every QP, and the engine's thread steps
+// aside. When it stops polling without a word (no CQ armed), the engine's
+// thread takes the work back by itself: a target that only watches its
+// memory still gets its data.
+void test_busy_poll_takes_over_progress(void**) {
+    const Config c{false, 65536};
+    Pair p = new_pair(c, QpOpts(), QpOpts(), 64);
+    Buf src = new_buf(p.ha, 4 * kMiB);
+    Buf dst = new_buf(p.hb, 4 * kMiB);
+    ibv_cq* spin_cq = new_cq(p.hb, 4);
+
+    ProgressCounts before;
+    write_and_watch(p, src, dst, 1, "nobody polls");
+    ProgressCounts d = ProgressCounts().since(before);
+    EXPECT(d.in_engine > 0 && d.in_poll == 0,
+           "with no thread polling, the engine handled %" PRIu64
+           " socket events and poll_cq %" PRIu64 " (expected some, and none)",
+           d.in_engine, d.in_poll);
+
+    {
+        Spinner spinner(spin_cq);
+        before = ProgressCounts();
+        write_and_watch(p, src, dst, 2, "a thread busy-polls an unrelated CQ");
+        d = ProgressCounts().since(before);
+        EXPECT(d.in_poll > d.in_engine,
+               "while a thread busy-polled, poll_cq handled %" PRIu64
+               " socket events and the engine %" PRIu64 " (expected most in poll_cq)",
+               d.in_poll, d.in_engine);
+    }
+
+    before = ProgressCounts();
+    write_and_watch(p, src, dst, 3, "the busy-polling thread has stopped");
+    d = ProgressCounts().since(before);
+    EXPECT(d.in_engine > 0 && d.in_poll == 0,
+           "after the polling stopped, the engine handled %" PRIu64
+           " socket events and poll_cq %" PRIu64 " (expected some, and none)",
+           d.in_engine, d.in_poll);
+    g.clear();
+}
+
+// ===========================================================================
 // Disconnects and the error state
 
 // The initiator's outstanding work when its peer goes away: every send
@@ -2538,6 +2657,7 @@ int main(void) {
         T(test_completion_order),
         T(test_srq),
         T(test_many_qps),
+        T(test_busy_poll_takes_over_progress),
         T(test_disconnect_peer_destroyed),
         T(test_disconnect_peer_error),
         T(test_local_error_flush),

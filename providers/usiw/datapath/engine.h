@@ -1,8 +1,10 @@
-// The progress engine: one thread per process that waits (epoll) on every
-// attached stream's socket and moves the datapath forward when the
-// application is not calling in: it receives (and so serves RDMA Write and
-// Read requests while the application sleeps) and resumes transmission when
-// a full socket has room again.
+// The progress engine: the work of every attached stream's socket, in one
+// epoll set per process: receiving (and so serving RDMA Write and Read
+// requests) and resuming transmission when a full socket has room again.
+// Its own thread ("usiw-progress") does that work while the application
+// sleeps; an application thread that busy-polls a CQ does it instead, for
+// every stream, from poll_cq, and the engine's thread then steps aside.
+
 //
 // Lifetime. The engine refers to streams, not QPs. A QP being destroyed
 // detaches its stream (marks it dead, removes its fd) and hands it to
@@ -20,11 +22,18 @@ int engine_add(Stream* stream);
 void engine_want_writable(Stream* stream, bool want);
 // Stops watching and frees the stream once no event can refer to it.
 void engine_retire(Stream* stream);
+// poll_cq found its CQ empty: does one round of the engine's work in the
+// calling thread, for every stream, without waiting. Returns true if any
+// stream had work. While an application polls, the engine's own thread
+// leaves the work to it.
+bool engine_poll();
+// The application armed a CQ, to sleep until a completion: the engine's
+// thread takes over the work at once.
+void engine_app_sleeping();
 
 // The work the engine calls (tx.cc, rx.cc).
 void stream_receive(Stream* stream);
-// Receives only if no other thread is receiving on the stream (poll_cq).
-void stream_try_receive(Stream* stream);
+
 void stream_transmit(Stream* stream, bool direct);
 
 }  // namespace usiw

@@ -531,10 +531,4 @@ void stream_receive(Stream* s) {
     receive_locked(s);
 }
 
-void stream_try_receive(Stream* s) {
-    std::unique_lock lock(s->rx_mutex, std::try_to_lock);
-    if (lock)
-        receive_locked(s);
-}
-
 }  // namespace usiw

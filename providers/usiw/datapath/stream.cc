@@ -289,15 +289,20 @@ void qp_transmit(Qp* qp) {
 }
 
 void cq_progress(Cq* cq) {
-    std::lock_guard lock(cq->qps_mutex);
-    for (Qp* qp : cq->qps) {
-        Stream* s = qp->stream.load();
-        if (!s || s->dead.load() || s->ended.load())
-            continue;
-        if (cq == qp->send_cq && stream_zerocopy_waiting(s))
-            stream_reap_zerocopy(s);
-        stream_try_receive(s);
+    {
+        std::lock_guard lock(cq->qps_mutex);
+        for (Qp* qp : cq->qps) {
+            Stream* s = qp->stream.load();
+            if (s && !s->dead.load() && !s->ended.load() && cq == qp->send_cq &&
+                stream_zerocopy_waiting(s))
+                stream_reap_zerocopy(s);
+        }
     }
+    engine_poll();
+}
+
+void cq_stop_polling(Cq*) {
+    engine_app_sleeping();
 }
 
 void qp_stream_error(Qp* qp) {

@@ -32,10 +32,17 @@ constexpr StatField kFields[] = {
     {"terminates_sent", &DeviceStats::terminates_sent, "TERMINATE messages sent"},
     {"terminates_received", &DeviceStats::terminates_received, "TERMINATE messages received"},
     {"crc_errors", &DeviceStats::crc_errors, "FPDUs with a bad CRC32c"},
+    {"progress_in_poll", &DeviceStats::progress_in_poll,
+     "socket events handled in the application's busy-polling poll_cq"},
+    {"progress_in_engine", &DeviceStats::progress_in_engine,
+     "socket events handled by usiw's progress thread"},
 };
 
+// The version is in the name, so that an upgraded usiw does not meet a
+// segment laid out by the old one.
 std::string segment_name(const std::string& device) {
-    return "/usiw." + std::to_string(getuid()) + "." + device;
+    return "/usiw." + std::to_string(getuid()) + "." + device + ".v" +
+           std::to_string(DeviceStats::kVersion);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Datapath counters of a usiw device, shared by every process of the user
 // that opens it: a small shared-memory segment per device
-// (/dev/shm/usiw.<uid>.<device>), whose counters each process adds to
+// (/dev/shm/usiw.<uid>.<device>.v<version>), whose counters each process adds to
+
 // with atomic operations, and which `usiw stat` reads. Like an RNIC's
 // hardware counters they count from the segment's creation (the first open
 // since boot, or `usiw stat reset`), not per process.
@@ -15,7 +16,7 @@ namespace usiw {
 
 struct DeviceStats {
     static constexpr uint64_t kMagic = 0x7461747377697375;  // "usiwstat"
-    static constexpr uint32_t kVersion = 1;
+    static constexpr uint32_t kVersion = 2;
     uint64_t magic = kMagic;
     uint32_t version = kVersion;
     uint32_t size = sizeof(DeviceStats);
@@ -33,6 +34,8 @@ struct DeviceStats {
     std::atomic<uint64_t> terminates_sent{0};
     std::atomic<uint64_t> terminates_received{0};
     std::atomic<uint64_t> crc_errors{0};
+    std::atomic<uint64_t> progress_in_poll{0};
+    std::atomic<uint64_t> progress_in_engine{0};
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "counters are shared between processes");
 

@@ -235,7 +235,7 @@ Commands:
       Prints each device's datapath counters in the form of `rdma
       statistic show`: link usiw0/1 tx_bytes N tx_fpdus N ... They count
       for all of your processes together since the first one opened the
-      device after boot (shared memory /dev/shm/usiw.UID.NAME); a device no
+      device after boot (shared memory /dev/shm/usiw.UID.NAME.vN); a device no
       process has opened shows zeroes. `usiw stat --describe` explains each
       counter; `usiw stat reset [NAME]` sets them to zero.
 

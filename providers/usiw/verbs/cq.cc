@@ -128,14 +128,18 @@ int poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
 
 int req_notify_cq(ibv_cq* ibcq, int solicited_only) {
     Cq* cq = to_cq(ibcq);
-    std::lock_guard lock(cq->mutex);
-    // An arming for any completion is not narrowed by a later solicited-only
-    // arming before it fires. Completions already queued raise no event
-    // (verbs semantics): the application polls after arming.
-    if (!solicited_only)
-        cq->armed = Cq::Arm::kNext;
-    else if (cq->armed == Cq::Arm::kNone)
-        cq->armed = Cq::Arm::kSolicited;
+    {
+        std::lock_guard lock(cq->mutex);
+        // An arming for any completion is not narrowed by a later
+        // solicited-only arming before it fires. Completions already queued
+        // raise no event (verbs semantics): the application polls after
+        // arming.
+        if (!solicited_only)
+            cq->armed = Cq::Arm::kNext;
+        else if (cq->armed == Cq::Arm::kNone)
+            cq->armed = Cq::Arm::kSolicited;
+    }
+    cq_stop_polling(cq);  // after cq->mutex: the receive path takes it under qps_mutex
     return 0;
 }
 

@@ -80,5 +80,9 @@ void qp_transmit(Qp* qp);
 // poll_cq found its CQ empty: receive on its QPs' streams in the calling
 // thread, so a polling application need not wait for the engine to wake.
 void cq_progress(Cq* cq);
+// The application armed the CQ, to sleep until a completion: the engine
+// must watch its QPs' sockets again rather than leave input to poll_cq.
+void cq_stop_polling(Cq* cq);
+
 
 }  // namespace usiw
