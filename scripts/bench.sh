@@ -22,9 +22,12 @@
 # ratios usiw/siw and usiw/rxe. Emulation slows all three; only the ratios
 # mean anything.
 #
-# Usage: scripts/bench.sh [--quick] [loopback|netns|all]
+# Usage: scripts/bench.sh [--quick] [--runs N] [loopback|netns|all]
 #        scripts/bench.sh --guest [--quick]
-#   --quick   shorter runs (for a smoke test of the script itself)
+#   --quick   shorter runs, one of each (a smoke test of the script itself)
+#   --runs N  runs of each measurement, usiw's and raw TCP's alike; the
+#             table shows the median (default 3: on a shared 2-core VM one
+#             run can be half or double the next)
 # Output: build/bench/results.csv, build/bench/results.png, and the output
 # of every program run (with its CPU time) in build/bench/logs/;
 # with --guest, build/bench/guest.csv.
@@ -34,9 +37,19 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 quick=0
 where=all
 guest=0
-for arg in "$@"; do
+runs=3
+runs_given=0
+while [ $# -gt 0 ]; do
+    arg=$1
+    shift
     case $arg in
         --quick) quick=1 ;;
+        --runs)
+            runs=${1:-}
+            runs_given=1
+            shift || true
+            [[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "bench.sh: --runs wants a count" >&2; exit 2; }
+            ;;
         --guest) guest=1 ;;
         loopback | netns | all) where=$arg ;;
         -h | --help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
@@ -112,6 +125,7 @@ logs=$out/logs
 rm -rf "$logs"
 mkdir -p "$logs"
 seconds=$([ $quick -eq 1 ] && echo 2 || echo 5)
+[ $quick -eq 1 ] && [ $runs_given -eq 0 ] && runs=1
 connections=$([ $quick -eq 1 ] && echo 200 || echo 2000)
 work=$(mktemp -d)
 NS_A=usiw-ba-$$
@@ -162,7 +176,7 @@ per_gib() {
 # Raw TCP throughput (iperf3, one stream): prints Gbit/s and the CPU
 # seconds per GiB of both ends. LOG.* keep what each end said.
 iperf_run() {  # LOG SERVER_NS CLIENT_NS ADDR
-    local log=$1
+    local log=$1${RUN:+.run$RUN}
     shift
     in_ns "$1" "${cputime[@]}" "$log.cpu-server" iperf3 -s -1 -p 5301 -B "$3" \
         >"$log.server" 2>&1 &
@@ -209,7 +223,7 @@ sockperf_mmsgs() {  # SERVER_NS CLIENT_NS ADDR
 # Connections per second (usiw_connrate, one connection after another):
 # rdma_cm under usiw, or with --tcp plain TCP (without usiw).
 connrate_run() {  # LOG SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR [--tcp]
-    local log=$1 sconf=$2 snet=$3 cconf=$4 cnet=$5 addr=$6
+    local log=$1${RUN:+.run$RUN} sconf=$2 snet=$3 cconf=$4 cnet=$5 addr=$6
     shift 6
     local run=("$usiw" run)
     [ "${1:-}" = --tcp ] && run=()
@@ -236,7 +250,7 @@ connrate_run() {  # LOG SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR [--tcp]
 # Prints nothing when the client gave no result row (and says why on
 # stderr). LOG.* keep what each end said and its CPU time.
 perftest_row() {  # LOG SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR TEST ARGS...
-    local log=$1 sconf=$2 snet=$3 cconf=$4 cnet=$5 addr=$6 test=$7
+    local log=$1${RUN:+.run$RUN} sconf=$2 snet=$3 cconf=$4 cnet=$5 addr=$6 test=$7
     shift 7
     USIW_CONFIG_DIR=$sconf USIW_SYSTEM_CONFIG_DIR=$sconf \
         in_ns "$snet" "${cputime[@]}" "$log.cpu-server" \
@@ -276,6 +290,33 @@ perftest_sound() {
         exit 1 }' <<<"$2"
 }
 
+# median_of FIELD CMD...: runs CMD $runs times, with RUN=1..$runs in its
+# environment (the log files get .runN), and prints the output line whose
+# blank-separated field FIELD is the median of the runs that printed one
+# (the upper one of an even count); nothing if none did.
+median_of() {
+    local field=$1 i out
+    shift
+    local lines=()
+    for i in $(seq "$runs"); do
+        out=$(RUN=$i "$@") || true
+        [ -n "$out" ] && lines+=("$out")
+    done
+    [ ${#lines[@]} -gt 0 ] || return 0
+    printf '%s\n' "${lines[@]}" | sort -b -g -k"$field,$field" |
+        awk '{ line[NR] = $0 } END { print line[int(NR / 2) + 1] }'
+}
+
+# bw_row LOG SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR TEST SIZE: a
+# bandwidth result row (perftest_row) that adds up, or nothing.
+bw_row() {
+    local test=$7 size=$8 r
+    r=$(perftest_row "${@:1:6}" "$test" -s "$size" -D "$seconds") || true
+    if [ -n "$r" ] && perftest_sound "${1##*/}${RUN:+ (run $RUN)}" "$r"; then
+        echo "$r"
+    fi
+}
+
 row() {  # PATH TEST SIZE METRIC USIW RAW
     local ratio=""
     if [ -n "$5" ] && [ -n "$6" ]; then
@@ -289,12 +330,12 @@ row() {  # PATH TEST SIZE METRIC USIW RAW
 measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
     local path=$1 sconf=$2 snet=$3 cconf=$4 cnet=$5 addr=$6
     local tcp_gbps tcp_cpu lat8 lat4k mmsgs r
-    r=$(iperf_run "$logs/$path-iperf3" "$snet" "$cnet" "$addr")
+    r=$(median_of 1 iperf_run "$logs/$path-iperf3" "$snet" "$cnet" "$addr")
     read -r tcp_gbps tcp_cpu <<<"$r"
     # sockperf's smallest message is 14 bytes: the reference for 8-byte RDMA.
-    lat8=$(sockperf_usec "$snet" "$cnet" "$addr" 14)
-    lat4k=$(sockperf_usec "$snet" "$cnet" "$addr" 4096)
-    mmsgs=$(sockperf_mmsgs "$snet" "$cnet" "$addr")
+    lat8=$(median_of 1 sockperf_usec "$snet" "$cnet" "$addr" 14)
+    lat4k=$(median_of 1 sockperf_usec "$snet" "$cnet" "$addr" 4096)
+    mmsgs=$(median_of 1 sockperf_mmsgs "$snet" "$cnet" "$addr")
     row "$path" iperf3 - Gbit/s "$tcp_gbps" "$tcp_gbps"
     row "$path" iperf3 - cpu_s/GiB "$tcp_cpu" "$tcp_cpu"
     row "$path" sockperf 14 usec "$lat8" "$lat8"
@@ -302,11 +343,9 @@ measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
     local test size gbps
     for test in ib_write_bw ib_send_bw ib_read_bw; do
         for size in 64 4096 65536 1048576; do
-            r=$(perftest_row "$logs/$path-$test-$size" "$sconf" "$snet" "$cconf" "$cnet" "$addr" \
-                "$test" -s "$size" -D "$seconds")
-            if [ -n "$r" ] && ! perftest_sound "$path $test -s $size" "$r"; then
-                r=""
-            fi
+            # the run with the median average bandwidth
+            r=$(median_of 4 bw_row "$logs/$path-$test-$size" "$sconf" "$snet" "$cconf" "$cnet" \
+                "$addr" "$test" "$size")
             # columns: bytes iterations peak average(MB/s) msgrate(Mpps)
             # cpu_seconds; perftest's MB is 2^20 bytes (MiB), iperf3's Gbit
             # is 10^9 bits.
@@ -327,8 +366,9 @@ measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
     done
     for test in ib_write_lat ib_send_lat ib_read_lat; do
         for size in 8 4096; do
-            r=$(perftest_row "$logs/$path-$test-$size" "$sconf" "$snet" "$cconf" "$cnet" "$addr" \
-                "$test" -s "$size" -n $((quick ? 2000 : 20000)))
+            # the run with the median average latency (t_avg)
+            r=$(median_of 6 perftest_row "$logs/$path-$test-$size" "$sconf" "$snet" "$cconf" \
+                "$cnet" "$addr" "$test" -s "$size" -n $((quick ? 2000 : 20000)))
             # columns: bytes iterations t_min t_max t_typical t_avg ...
             local raw=$lat8
             [ "$size" = 4096 ] && raw=$lat4k
@@ -341,12 +381,13 @@ measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
         done
     done
     local tcp_conns
-    tcp_conns=$(connrate_run "$logs/$path-connrate-tcp" "$sconf" "$snet" "$cconf" "$cnet" \
-        "$addr" --tcp)
-    row "$path" usiw_connrate - conn/s "$(connrate_run "$logs/$path-connrate-rdma_cm" \
-        "$sconf" "$snet" "$cconf" "$cnet" "$addr")" "$tcp_conns"
+    tcp_conns=$(median_of 1 connrate_run "$logs/$path-connrate-tcp" "$sconf" "$snet" "$cconf" \
+        "$cnet" "$addr" --tcp)
+    row "$path" usiw_connrate - conn/s "$(median_of 1 connrate_run \
+        "$logs/$path-connrate-rdma_cm" "$sconf" "$snet" "$cconf" "$cnet" "$addr")" "$tcp_conns"
 }
 
+echo "each figure is the median of $runs run(s)"
 printf '%-9s %-13s %9s  %-9s %12s %12s %7s\n' path test bytes metric usiw raw-TCP ratio
 mkdir -p "$work/lo"
 if [ "$where" != netns ]; then
