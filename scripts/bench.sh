@@ -22,8 +22,14 @@
 # ratios usiw/siw and usiw/rxe. Emulation slows all three; only the ratios
 # mean anything.
 #
+# With --zerocopy it boots the guest with two virtio-net NICs instead (a
+# NIC that does not copy: loopback and veth always copy) and measures
+# usiw's transmit with and without MSG_ZEROCOPY at 4 KiB to 4 MiB
+# (scripts/qemu/zerocopy_guest.sh): how USIW_ZCOPY_MIN was chosen.
+#
 # Usage: scripts/bench.sh [--quick] [--runs N] [loopback|netns|all]
 #        scripts/bench.sh --guest [--quick]
+#        scripts/bench.sh --zerocopy [--quick] [--runs N]  (one boot per run)
 #   --quick   shorter runs, one of each (a smoke test of the script itself)
 #   --runs N  runs of each measurement, usiw's and raw TCP's alike; the
 #             table shows the median (default 3: on a shared 2-core VM one
@@ -51,6 +57,7 @@ while [ $# -gt 0 ]; do
             [[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "bench.sh: --runs wants a count" >&2; exit 2; }
             ;;
         --guest) guest=1 ;;
+        --zerocopy) guest=2 ;;
         loopback | netns | all) where=$arg ;;
         -h | --help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
         *) echo "bench.sh: unknown argument '$arg'" >&2; exit 2 ;;
@@ -71,6 +78,62 @@ for need in iperf3:iperf3 sockperf:sockperf /usr/bin/time:time gnuplot:gnuplot-n
     fi
 done
 "$top/scripts/build.sh" "$top/build"
+
+# --zerocopy: usiw's transmit with and without zero copy over virtio-net.
+if [ $guest -eq 2 ]; then
+    [ $quick -eq 1 ] && [ $runs_given -eq 0 ] && runs=1
+    rm -rf "$top/build/bench/zerocopy"
+    mkdir -p "$top/build/bench/zerocopy"
+    csvs=()
+    for i in $(seq "$runs"); do  # one boot per run
+        share=$top/build/bench/zerocopy/run$i
+        rc=0
+        USIW_QEMU_NICS=2 "$top/scripts/qemu/guest.sh" run --share "$share" \
+            "$top/scripts/qemu/zerocopy_guest.sh" "$top/build" \
+            "$([ $quick -eq 1 ] && echo 0.25 || echo 1)" >"$share.log" 2>&1 || rc=$?
+        if [ $rc -ne 0 ] || [ ! -s "$share/zerocopy.csv" ]; then
+            echo "bench.sh: the zero-copy benchmark failed (exit $rc); its output:" >&2
+            tail -n 30 "$share.log" >&2
+            exit 1
+        fi
+        csvs+=("$share/zerocopy.csv")
+    done
+    echo "each figure is the median of $runs run(s)"
+    /usr/bin/python3 - "$top/build/bench/zerocopy.csv" "${csvs[@]}" <<'PY'
+import csv, statistics, sys
+runs = {}
+for path in sys.argv[2:]:
+    for mode, size, metric, value in csv.reader(open(path)):
+        if value:
+            runs.setdefault((mode, int(size), metric), []).append(float(value))
+v = {k: statistics.median(x) for k, x in runs.items()}
+sizes = sorted({k[1] for k in v})
+def get(mode, size, metric):
+    return v.get((mode, size, metric))
+def ratio(a, b):
+    return None if not a or not b else a / b
+cell = lambda x, p="%.2f": "-" if x is None else p % x
+with open(sys.argv[1], "w", newline="") as f:
+    out = csv.writer(f)
+    head = ["size_bytes", "copy_gbit_s", "zcopy_gbit_s", "throughput_ratio", "copy_cpu_s_gib",
+            "zcopy_cpu_s_gib", "cpu_ratio", "zcopy_share"]
+    out.writerow(head)
+    fmt = "%8s %10s %10s %7s %12s %12s %7s %8s"
+    print(fmt % ("bytes", "copy Gb/s", "zcopy Gb/s", "ratio", "copy cpu/GiB", "zcopy cpu/GiB",
+                 "ratio", "zc share"))
+    for z in sizes:
+        g0, g1 = get("never", z, "Gbit/s"), get("auto", z, "Gbit/s")
+        c0, c1 = get("never", z, "sender_cpu_s/GiB"), get("auto", z, "sender_cpu_s/GiB")
+        share = get("auto", z, "zcopy_share")
+        row = [g0, g1, ratio(g1, g0), c0, c1, ratio(c1, c0), share]
+        out.writerow([z] + [cell(x, "%.3f") for x in row])
+        print(fmt % tuple([z] + [cell(x) for x in row]))
+print("(zero copy pays where its throughput ratio is above 1 and its CPU ratio below 1;"
+      " zc share: the payload the kernel really sent without copying)")
+PY
+    echo "results: $top/build/bench/zerocopy.csv (guest logs: $top/build/bench/zerocopy/run*.log)"
+    exit 0
+fi
 
 # --guest: usiw against kernel siw and rxe in one qemu boot.
 if [ $guest -eq 1 ]; then

@@ -30,6 +30,13 @@
 # Environment: USIW_QEMU_DIR (default build/qemu) holds siw.ko and the
 # initramfs; USIW_QEMU_MEM (MiB, default 2048), USIW_QEMU_CPUS (default 2),
 # USIW_QEMU_TIMEOUT (seconds for the whole boot, default 1200).
+# USIW_QEMU_NICS=N (root only) gives the guest N virtio-net NICs on one
+# Ethernet segment: tap devices joined by a bridge in a network namespace of
+# their own on this machine (qemu runs in it), so nothing reaches this
+# machine's network. Taps, unlike qemu's internal links, let the virtio
+# device offer checksum and segmentation offload, without which the guest's
+# TCP neither does scatter-gather nor zero copy. The guest loads virtio_net
+# itself (modprobe).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 qdir=${USIW_QEMU_DIR:-$top/build/qemu}
@@ -176,14 +183,27 @@ run() {
         printf 'WORKDIR=%q\n' "$(pwd)"
         printf 'SCRIPT="%s"\n' "$script $*"
     } >"$share/env"
-    local rc=0
-    timeout "${USIW_QEMU_TIMEOUT:-1200}" qemu-system-x86_64 -accel tcg -m "${USIW_QEMU_MEM:-2048}" \
+    local rc=0 netns=() nics=()
+    if [ "${USIW_QEMU_NICS:-0}" -gt 0 ]; then
+        local ns=usiw-qemu-$$ i
+        ip netns add "$ns" && ip -n "$ns" link add zbr type bridge && ip -n "$ns" link set zbr up ||
+            { say "cannot make the NICs' network namespace (root needed)"; cleanup_share; exit $SKIP; }
+        netns=(ip netns exec "$ns")
+        for i in $(seq "$USIW_QEMU_NICS"); do
+            ip -n "$ns" tuntap add "ztap$i" mode tap vnet_hdr && ip -n "$ns" link set "ztap$i" master zbr &&
+                ip -n "$ns" link set "ztap$i" up || { say "cannot make tap ztap$i"; exit 1; }
+            nics+=(-netdev "tap,id=n$i,ifname=ztap$i,script=no,downscript=no,vnet_hdr=on"
+                -device "virtio-net-pci,netdev=n$i,mac=52:54:00:00:00:$(printf %02x "$i")")
+        done
+    fi
+    "${netns[@]}" timeout "${USIW_QEMU_TIMEOUT:-1200}" qemu-system-x86_64 -accel tcg -m "${USIW_QEMU_MEM:-2048}" \
         -smp "${USIW_QEMU_CPUS:-2}" -nographic -no-reboot -nodefaults -serial stdio \
         -kernel "/boot/vmlinuz-$abi" -initrd "$qdir/initrd-$abi.gz" \
         -append "console=ttyS0 quiet loglevel=3 panic=-1" \
         -virtfs local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap \
-        -virtfs "local,path=$share,mount_tag=share,security_model=none" \
+        -virtfs "local,path=$share,mount_tag=share,security_model=none" "${nics[@]}" \
         >"$share/console" 2>&1 || rc=$?
+    [ ${#netns[@]} -eq 0 ] || ip netns del "${netns[3]}"
     if [ ! -f "$share/booted" ]; then
         say "the guest did not reach the script (qemu exit $rc): skipped"
         tail -n 20 "$share/console" >&2
