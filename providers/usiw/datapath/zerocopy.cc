@@ -33,8 +33,6 @@ namespace usiw {
 
 namespace {
 
-constexpr size_t kDefaultMinBytes = 64 * 1024;
-
 ZeroCopy mode_from_environment() {
     const char* v = std::getenv("USIW_ZCOPY");
     if (!v || !*v || std::strcmp(v, "auto") == 0)
@@ -50,12 +48,13 @@ ZeroCopy mode_from_environment() {
 size_t min_bytes_from_environment() {
     const char* v = std::getenv("USIW_ZCOPY_MIN");
     if (!v || !*v)
-        return kDefaultMinBytes;
+        return kZeroCopyDefaultMinBytes;
     char* end = nullptr;
     const unsigned long long n = std::strtoull(v, &end, 0);
     if (*end != '\0') {
-        log_error("USIW_ZCOPY_MIN=%s is not a number of bytes: using %zu", v, kDefaultMinBytes);
-        return kDefaultMinBytes;
+        log_error("USIW_ZCOPY_MIN=%s is not a number of bytes: using %zu", v,
+                  kZeroCopyDefaultMinBytes);
+        return kZeroCopyDefaultMinBytes;
     }
     return static_cast<size_t>(n);
 }

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cm/knobs.h"
+#include "datapath/stream_state.h"
 #include "host/device_stats.h"
 #include "host/link_config.h"
 #include "host/netdev.h"
@@ -155,7 +156,8 @@ void print_tuning() {
         "completion held until the kernel has released the buffer; auto stops using it "
         "on a connection where the kernel copies anyway (loopback, veth)",
         6);
-    std::printf("  USIW_ZCOPY_MIN = bytes, default 65536\n");
+    std::printf("  USIW_ZCOPY_MIN = bytes, default %zu\n", usiw::kZeroCopyDefaultMinBytes);
+
     print_wrapped("the least payload in one send batch that goes out with zero copy", 6);
     std::printf("  USIW_DEBUG = 1, or VERBS_LOG_LEVEL = 1..4\n");
     print_wrapped(
