@@ -60,10 +60,13 @@ sleep 2
 run() {
     local side=$1 kind=$2
     shift 2
+    # Line-buffered, so that a run killed by the timeout still shows how far
+    # it got.
     if [ "$kind" = usiw ]; then
-        USIW_CONFIG_DIR=$WORK/$side USIW_SYSTEM_CONFIG_DIR=$WORK/$side timeout 120 "$USIW" run "$@"
+        USIW_CONFIG_DIR=$WORK/$side USIW_SYSTEM_CONFIG_DIR=$WORK/$side timeout 120 \
+            stdbuf -oL "$USIW" run "$@"
     else
-        timeout 120 "$@"
+        timeout 120 stdbuf -oL "$@"
     fi
 }
 
