@@ -4,7 +4,7 @@
 #
 #   va 192.0.2.1 (client side)      vb 192.0.2.2 (server side)
 #   siw:  siwa on va, siwb on vb    rxe: rxea on va, rxeb on vb
-#   usiw: usiw0 on va / on vb (under `usiw run`, one link file per side)
+#   usiw: usiw0 on vb for both ends (under `usiw run`; see below)
 #
 # All in the guest's one network namespace: kernel siw and rxe in 6.1 do not
 # work across namespaces, so both ends' addresses are local and every
@@ -50,7 +50,14 @@ for kind in siw rxe; do
     rdma link add ${kind}b type $kind netdev vb || die "rdma link add ${kind}b failed"
 done
 mkdir -p "$WORK/a" "$WORK/b"
-echo "usiw0 netdev va" >"$WORK/a/links"
+# The client's usiw0 is on vb too. Its destination, 192.0.2.2, is local,
+# so the kernel routes to it from 192.0.2.2 itself: the address is vb's,
+# and so is the client's end of every kind's connection (siw's client
+# resolves to siwb whatever -d names). With usiw0 on va, that address
+# would be no usiw device's but kernel siw's, and usiw's rdma_cm would
+# rightly hand the client's ids to the kernel: the "usiw" client was then
+# kernel siw (found on 2026-11-30; figures before that are not usiw's).
+echo "usiw0 netdev vb" >"$WORK/a/links"
 echo "usiw0 netdev vb" >"$WORK/b/links"
 sleep 2
 : >"$CSV"
