@@ -7,7 +7,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <thread>
@@ -49,7 +48,6 @@ class Engine {
                 pthread_setname_np(pthread_self(), "usiw-progress");  // as top -H shows it
                 run();
             }).detach();
-
         else
             epfd_ = -1;
     }

@@ -4,7 +4,6 @@
 // Its own thread ("usiw-progress") does that work while the application
 // sleeps; an application thread that busy-polls a CQ does it instead, for
 // every stream, from poll_cq, and the engine's thread then steps aside.
-
 //
 // Lifetime. The engine refers to streams, not QPs. A QP being destroyed
 // detaches its stream (marks it dead, removes its fd) and hands it to
@@ -33,7 +32,6 @@ void engine_app_sleeping();
 
 // The work the engine calls (tx.cc, rx.cc).
 void stream_receive(Stream* stream);
-
 void stream_transmit(Stream* stream, bool direct);
 
 }  // namespace usiw

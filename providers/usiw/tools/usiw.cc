@@ -157,7 +157,6 @@ void print_tuning() {
         "on a connection where the kernel copies anyway (loopback, veth)",
         6);
     std::printf("  USIW_ZCOPY_MIN = bytes, default %zu\n", usiw::kZeroCopyDefaultMinBytes);
-
     print_wrapped("the least payload in one send batch that goes out with zero copy", 6);
     std::printf("  USIW_DEBUG = 1, or VERBS_LOG_LEVEL = 1..4\n");
     print_wrapped(

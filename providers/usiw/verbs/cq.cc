@@ -139,7 +139,7 @@ int req_notify_cq(ibv_cq* ibcq, int solicited_only) {
         else if (cq->armed == Cq::Arm::kNone)
             cq->armed = Cq::Arm::kSolicited;
     }
-    cq_stop_polling(cq);  // after cq->mutex: the receive path takes it under qps_mutex
+    cq_stop_polling(cq);
     return 0;
 }
 

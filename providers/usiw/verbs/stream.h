@@ -77,12 +77,12 @@ void qp_stream_destroy(Qp* qp);
 // completions and is detached, so the QP can take a new connection.
 void qp_stream_reset(Qp* qp);
 void qp_transmit(Qp* qp);
-// poll_cq found its CQ empty: receive on its QPs' streams in the calling
-// thread, so a polling application need not wait for the engine to wake.
+// poll_cq found its CQ empty: collects its QPs' zero-copy notifications and
+// does one round of the engine's work in the calling thread (engine_poll),
+// so a polling application need not wait for the engine's thread to wake.
 void cq_progress(Cq* cq);
 // The application armed the CQ, to sleep until a completion: the engine
 // must watch its QPs' sockets again rather than leave input to poll_cq.
 void cq_stop_polling(Cq* cq);
-
 
 }  // namespace usiw
