@@ -17,10 +17,13 @@
 // (tests/unit/CMakeLists.txt).
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <infiniband/verbs.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
+
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -2660,6 +2663,81 @@ void test_raw_peer_closes_with_read_outstanding(void**) {
     }
 }
 
+// Runs every thread of this process on one CPU while it lives, so that a
+// thread woken by another usually preempts it (interleavings that are rare
+// on an idle machine with spare cores become the common case).
+class OneCpu {
+  public:
+    OneCpu() {
+        sched_getaffinity(0, sizeof saved_, &saved_);
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+            if (CPU_ISSET(cpu, &saved_)) {
+                CPU_SET(cpu, &one);
+                break;
+            }
+        apply(one);
+    }
+    ~OneCpu() { apply(saved_); }
+
+  private:
+    static void apply(const cpu_set_t& set) {
+        DIR* d = opendir("/proc/self/task");
+        if (!d)
+            return;
+        while (dirent* e = readdir(d))
+            if (e->d_name[0] != '.')
+                sched_setaffinity(static_cast<pid_t>(std::atoi(e->d_name)), sizeof set, &set);
+        closedir(d);
+    }
+    cpu_set_t saved_;
+};
+
+// The peer reads a Send and closes at once. The Send reached it, so it
+// completes successfully, whichever thread (the poster, the progress
+// engine, a poller) runs when: a peer's close must never flush work that
+// was already on the socket. Many rounds on one CPU: the poster is then
+// often preempted by the peer between its write and its completion, and
+// the engine reads the FIN in that gap.
+void test_raw_peer_closes_after_send(void**) {
+    constexpr int kRounds = 1000;
+    Host h = new_host();
+    ibv_cq* scq = new_cq(h, 64);
+    ibv_cq* rcq = new_cq(h, 64);
+    Buf src = new_buf(h, 4096);
+    pattern(src.p, src.n, 211);
+    OneCpu one_cpu;
+    for (int round = 0; round < kRounds; ++round) {
+        where("raw peer closes after a Send, round %d", round);
+        ibv_qp* qp = new_qp(h, scq, rcq);
+        int fds[2];
+        tcp_pair(fds);
+        g.fds.push_back(fds[1]);
+        attach(qp, fds[0], true, Config{false, 65536});
+        std::atomic<int> post_err{-1};
+        std::thread poster([&] {
+            std::vector<Wr> one{send_wr(round, {src.sge(0, 64)})};
+            post_err.store(post_chain(qp, one));
+        });
+        const std::vector<RxFpdu> got = raw_read_fpdus(fds[1], false, 1);
+        close(fds[1]);
+        g.fds.pop_back();
+        poster.join();
+        EXPECT(post_err.load() == 0, "ibv_post_send: %s", std::strerror(post_err.load()));
+        EXPECT(got[0].h.opcode == wire::Opcode::kSend && got[0].payload.size() == 64 &&
+                   std::memcmp(got[0].payload.data(), src.p, 64) == 0,
+               "the peer got %s with %zu bytes", wire::opcode_name(got[0].h.opcode),
+               got[0].payload.size());
+        expect_wc(expect_one(scq, "the Send"), round, IBV_WC_SUCCESS, IBV_WC_SEND,
+                  "the Send the peer received before closing");
+        expect_state(qp, IBV_QPS_ERR, "usiw QP after the peer closed");
+        forget_qp(qp);
+        EXPECT(ibv_destroy_qp(qp) == 0, "ibv_destroy_qp");
+    }
+    g.clear();
+}
+
 }  // namespace
 
 int main(void) {
@@ -2702,6 +2780,7 @@ int main(void) {
         T(test_raw_short_mpa_length),
         T(test_raw_partial_send_then_close),
         T(test_raw_peer_closes_with_read_outstanding),
+        T(test_raw_peer_closes_after_send),
     };
 #undef T
     return cmocka_run_group_tests(tests, nullptr, nullptr);

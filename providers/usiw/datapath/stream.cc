@@ -6,7 +6,9 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <mutex>
 #include <new>
+#include <thread>
 
 #include "datapath/datapath.h"
 #include "datapath/engine.h"
@@ -146,6 +148,15 @@ void stream_fail(Stream* s, StreamEnd why, int error) {
     // collected) completes as done, not flushed.
     if (stream_zerocopy_waiting(s))
         stream_reap_zerocopy(s);
+    // A transmitter in another thread may have written a batch and not yet
+    // completed its work requests. The peer can have received that batch
+    // and closed before the completions are recorded, so wait it out: what
+    // went onto the socket completes as sent, not flushed. (The transmitter
+    // never blocks, and lock order allows tx_mutex here: callers hold at
+    // most rx_mutex.)
+    std::unique_lock tx(s->tx_mutex, std::defer_lock);
+    if (s->tx_owner.load() != std::this_thread::get_id())
+        tx.lock();
     Qp* qp = s->qp;
     bool ended_now = false;
     {
@@ -156,8 +167,11 @@ void stream_fail(Stream* s, StreamEnd why, int error) {
         if (ended_now && qp->state != IBV_QPS_ERR)
             qp_enter_error(qp);
     }
+    if (tx.owns_lock())
+        tx.unlock();  // the observer may queue transmission (a DISCONNECT)
     if (!ended_now)
         return;
+
     log_debug("QP %u: stream ended (%d, %s)", qp->vqp.qp.qp_num, static_cast<int>(why),
               error ? strerror(error) : "no error");
     notify_observer(s, why, error);
