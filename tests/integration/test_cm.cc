@@ -363,6 +363,35 @@ void test_no_listener(void**) {
     close_client(c);
 }
 
+// A call given something that is no id (never created, or destroyed
+// already) fails with EINVAL and touches nothing, where librdmacm would
+// read through the pointer. (perftest, retrying after REJECTED, has passed
+// such a pointer to rdma_resolve_addr.)
+void test_calls_on_no_id_fail(void**) {
+    rdma_event_channel* ch = rdma_create_event_channel();
+    assert_non_null(ch);
+    rdma_cm_id* id = nullptr;
+    assert_int_equal(rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP), 0);
+    const uintptr_t destroyed = reinterpret_cast<uintptr_t>(id);
+    assert_int_equal(rdma_destroy_id(id), 0);
+    // Filled with a pattern: a provider that used it would misbehave.
+    rdma_cm_id fake;
+    std::memset(&fake, 0x5a, sizeof fake);
+    auto dst = address("127.0.0.1", 1);
+    for (rdma_cm_id* bad : {&fake, reinterpret_cast<rdma_cm_id*>(destroyed)}) {
+        errno = 0;
+        assert_int_equal(rdma_resolve_addr(bad, nullptr, sa(dst), 1000), -1);
+        assert_int_equal(errno, EINVAL);
+        errno = 0;
+        assert_int_equal(rdma_listen(bad, 1), -1);
+        assert_int_equal(errno, EINVAL);
+        errno = 0;
+        assert_int_equal(rdma_destroy_id(bad), -1);
+        assert_int_equal(errno, EINVAL);
+    }
+    rdma_destroy_event_channel(ch);
+}
+
 // --- synchronous ids: rdma_create_ep, rdma_get_request ---
 
 void test_sync_endpoints(void**) {
@@ -951,6 +980,7 @@ int main(int argc, char** argv) {
         cmocka_unit_test(test_ipv6_server_disconnects),
         cmocka_unit_test(test_reject_with_private_data),
         cmocka_unit_test(test_no_listener),
+        cmocka_unit_test(test_calls_on_no_id_fail),
         cmocka_unit_test(test_sync_endpoints),
         cmocka_unit_test(test_sync_connect_refused),
         cmocka_unit_test(test_nonblocking_channel),

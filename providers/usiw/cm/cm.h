@@ -44,6 +44,9 @@ int ack_cm_event(rdma_cm_event* event);
 int create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context, rdma_port_space ps,
               ibv_qp_type qp_type);
 int destroy_id(rdma_cm_id* id);
+// True if `id` is an id that exists: neither never created nor destroyed.
+bool live_id(const rdma_cm_id* id);
+
 int migrate_id(rdma_cm_id* id, rdma_event_channel* channel);
 int set_option(rdma_cm_id* id, int level, int optname, void* optval, size_t optlen);
 int notify(rdma_cm_id* id, ibv_event_type event);

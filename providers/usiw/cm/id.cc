@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <new>
+#include <unordered_set>
 
 #include "cm/cm.h"
 #include "cm/connection.h"
@@ -19,6 +21,39 @@
 #include "verbs/log.h"
 
 namespace usiw::cm {
+
+namespace {
+
+std::mutex& live_ids_mutex() {
+    static auto* m = new std::mutex;  // used until the process ends
+    return *m;
+}
+std::unordered_set<const rdma_cm_id*>& live_ids() {
+    static auto* ids = new std::unordered_set<const rdma_cm_id*>;
+    return *ids;
+}
+
+}  // namespace
+
+CmId::CmId() {
+    std::lock_guard lock(live_ids_mutex());
+    try {
+        live_ids().insert(&id);
+    } catch (const std::bad_alloc&) {
+        // Unregistered, the id is refused by every call (EINVAL): memory is
+        // short anyway.
+    }
+}
+
+CmId::~CmId() {
+    std::lock_guard lock(live_ids_mutex());
+    live_ids().erase(&id);
+}
+
+bool live_id(const rdma_cm_id* id) {
+    std::lock_guard lock(live_ids_mutex());
+    return id && live_ids().count(id) != 0;
+}
 
 // --- helpers shared by the CM (CM lock held) ---
 

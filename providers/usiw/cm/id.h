@@ -31,6 +31,14 @@ class ListenerWatch;
 struct CmId {
     rdma_cm_id id{};  // first: what the application holds
 
+    // Every CmId alive is in a registry (live_id), so that a call given a
+    // pointer that is no id, or an id already destroyed, fails with EINVAL
+    // instead of reading whatever is there.
+    CmId();
+    ~CmId();
+    CmId(const CmId&) = delete;
+    CmId& operator=(const CmId&) = delete;
+
     std::mutex events_mutex;  // protects the two counts below
     std::condition_variable events_acked_cond;
     uint64_t events_taken = 0;  // by rdma_get_cm_event

@@ -77,6 +77,23 @@ void guarded_void(Call&& call) noexcept {
     }
 }
 
+// guarded(), for a call on an existing id: one that is not (never created,
+// or destroyed already) fails with EINVAL and is not touched.
+template <typename Call>
+int guarded_id(const rdma_cm_id* id, Call&& call) noexcept {
+    if (!usiw::cm::live_id(id)) {
+        errno = EINVAL;
+        return -1;
+    }
+    return guarded(std::forward<Call>(call));
+}
+
+template <typename Call>
+void guarded_void_id(const rdma_cm_id* id, Call&& call) noexcept {
+    if (usiw::cm::live_id(id))
+        guarded_void(std::forward<Call>(call));
+}
+
 namespace cm = usiw::cm;
 
 // Straight to the real librdmacm: the call comes from inside it, or the
@@ -135,7 +152,7 @@ void rdma_destroy_ep(rdma_cm_id* id) {
             next(id);
         return;
     }
-    guarded_void([&] { cm::destroy_ep(id); });
+    guarded_void_id(id, [&] { cm::destroy_ep(id); });
 }
 
 int rdma_destroy_id(rdma_cm_id* id) {
@@ -143,7 +160,7 @@ int rdma_destroy_id(rdma_cm_id* id) {
         USIW_NEXT(rdma_destroy_id, "RDMACM_1.0");
         return next ? next(id) : missing();
     }
-    return guarded([&] { return cm::destroy_id(id); });
+    return guarded_id(id, [&] { return cm::destroy_id(id); });
 }
 
 int rdma_bind_addr(rdma_cm_id* id, sockaddr* addr) {
@@ -151,7 +168,7 @@ int rdma_bind_addr(rdma_cm_id* id, sockaddr* addr) {
         USIW_NEXT(rdma_bind_addr, "RDMACM_1.0");
         return next ? next(id, addr) : missing();
     }
-    return guarded([&] { return cm::bind_addr(id, addr); });
+    return guarded_id(id, [&] { return cm::bind_addr(id, addr); });
 }
 
 int rdma_resolve_addr(rdma_cm_id* id, sockaddr* src_addr, sockaddr* dst_addr, int timeout_ms) {
@@ -159,7 +176,7 @@ int rdma_resolve_addr(rdma_cm_id* id, sockaddr* src_addr, sockaddr* dst_addr, in
         USIW_NEXT(rdma_resolve_addr, "RDMACM_1.0");
         return next ? next(id, src_addr, dst_addr, timeout_ms) : missing();
     }
-    return guarded([&] { return cm::resolve_addr(id, src_addr, dst_addr, timeout_ms); });
+    return guarded_id(id, [&] { return cm::resolve_addr(id, src_addr, dst_addr, timeout_ms); });
 }
 
 int rdma_resolve_route(rdma_cm_id* id, int timeout_ms) {
@@ -167,7 +184,7 @@ int rdma_resolve_route(rdma_cm_id* id, int timeout_ms) {
         USIW_NEXT(rdma_resolve_route, "RDMACM_1.0");
         return next ? next(id, timeout_ms) : missing();
     }
-    return guarded([&] { return cm::resolve_route(id, timeout_ms); });
+    return guarded_id(id, [&] { return cm::resolve_route(id, timeout_ms); });
 }
 
 int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) {
@@ -175,7 +192,7 @@ int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) {
         USIW_NEXT(rdma_create_qp, "RDMACM_1.0");
         return next ? next(id, pd, qp_init_attr) : missing();
     }
-    return guarded([&] { return cm::create_qp(id, pd, qp_init_attr); });
+    return guarded_id(id, [&] { return cm::create_qp(id, pd, qp_init_attr); });
 }
 
 int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* qp_init_attr) {
@@ -183,7 +200,7 @@ int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* qp_init_attr) {
         USIW_NEXT(rdma_create_qp_ex, "RDMACM_1.0");
         return next ? next(id, qp_init_attr) : missing();
     }
-    return guarded([&] { return cm::create_qp_ex(id, qp_init_attr); });
+    return guarded_id(id, [&] { return cm::create_qp_ex(id, qp_init_attr); });
 }
 
 void rdma_destroy_qp(rdma_cm_id* id) {
@@ -193,7 +210,7 @@ void rdma_destroy_qp(rdma_cm_id* id) {
             next(id);
         return;
     }
-    guarded_void([&] { cm::destroy_qp(id); });
+    guarded_void_id(id, [&] { cm::destroy_qp(id); });
 }
 
 int rdma_create_srq(rdma_cm_id* id, ibv_pd* pd, ibv_srq_init_attr* attr) {
@@ -201,7 +218,7 @@ int rdma_create_srq(rdma_cm_id* id, ibv_pd* pd, ibv_srq_init_attr* attr) {
         USIW_NEXT(rdma_create_srq, "RDMACM_1.0");
         return next ? next(id, pd, attr) : missing();
     }
-    return guarded([&] { return cm::create_srq(id, pd, attr); });
+    return guarded_id(id, [&] { return cm::create_srq(id, pd, attr); });
 }
 
 int rdma_create_srq_ex(rdma_cm_id* id, ibv_srq_init_attr_ex* attr) {
@@ -209,7 +226,7 @@ int rdma_create_srq_ex(rdma_cm_id* id, ibv_srq_init_attr_ex* attr) {
         USIW_NEXT(rdma_create_srq_ex, "RDMACM_1.0");
         return next ? next(id, attr) : missing();
     }
-    return guarded([&] { return cm::create_srq_ex(id, attr); });
+    return guarded_id(id, [&] { return cm::create_srq_ex(id, attr); });
 }
 
 void rdma_destroy_srq(rdma_cm_id* id) {
@@ -219,7 +236,7 @@ void rdma_destroy_srq(rdma_cm_id* id) {
             next(id);
         return;
     }
-    guarded_void([&] { cm::destroy_srq(id); });
+    guarded_void_id(id, [&] { cm::destroy_srq(id); });
 }
 
 int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
@@ -227,7 +244,7 @@ int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
         USIW_NEXT(rdma_connect, "RDMACM_1.0");
         return next ? next(id, conn_param) : missing();
     }
-    return guarded([&] { return cm::connect(id, conn_param); });
+    return guarded_id(id, [&] { return cm::connect(id, conn_param); });
 }
 
 int rdma_listen(rdma_cm_id* id, int backlog) {
@@ -235,7 +252,7 @@ int rdma_listen(rdma_cm_id* id, int backlog) {
         USIW_NEXT(rdma_listen, "RDMACM_1.0");
         return next ? next(id, backlog) : missing();
     }
-    return guarded([&] { return cm::listen(id, backlog); });
+    return guarded_id(id, [&] { return cm::listen(id, backlog); });
 }
 
 int rdma_get_request(rdma_cm_id* listen, rdma_cm_id** id) {
@@ -243,7 +260,7 @@ int rdma_get_request(rdma_cm_id* listen, rdma_cm_id** id) {
         USIW_NEXT(rdma_get_request, "RDMACM_1.0");
         return next ? next(listen, id) : missing();
     }
-    return guarded([&] { return cm::get_request(listen, id); });
+    return guarded_id(listen, [&] { return cm::get_request(listen, id); });
 }
 
 int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
@@ -251,7 +268,7 @@ int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
         USIW_NEXT(rdma_accept, "RDMACM_1.0");
         return next ? next(id, conn_param) : missing();
     }
-    return guarded([&] { return cm::accept(id, conn_param); });
+    return guarded_id(id, [&] { return cm::accept(id, conn_param); });
 }
 
 int rdma_reject(rdma_cm_id* id, const void* private_data, uint8_t private_data_len) {
@@ -259,7 +276,7 @@ int rdma_reject(rdma_cm_id* id, const void* private_data, uint8_t private_data_l
         USIW_NEXT(rdma_reject, "RDMACM_1.0");
         return next ? next(id, private_data, private_data_len) : missing();
     }
-    return guarded([&] { return cm::reject(id, private_data, private_data_len); });
+    return guarded_id(id, [&] { return cm::reject(id, private_data, private_data_len); });
 }
 
 int rdma_notify(rdma_cm_id* id, ibv_event_type event) {
@@ -267,7 +284,7 @@ int rdma_notify(rdma_cm_id* id, ibv_event_type event) {
         USIW_NEXT(rdma_notify, "RDMACM_1.0");
         return next ? next(id, event) : missing();
     }
-    return guarded([&] { return cm::notify(id, event); });
+    return guarded_id(id, [&] { return cm::notify(id, event); });
 }
 
 int rdma_disconnect(rdma_cm_id* id) {
@@ -275,7 +292,7 @@ int rdma_disconnect(rdma_cm_id* id) {
         USIW_NEXT(rdma_disconnect, "RDMACM_1.0");
         return next ? next(id) : missing();
     }
-    return guarded([&] { return cm::disconnect(id); });
+    return guarded_id(id, [&] { return cm::disconnect(id); });
 }
 
 // iWARP has no multicast (the kernel's rdma_cm answers ENOSYS for it);
@@ -285,7 +302,7 @@ int rdma_join_multicast(rdma_cm_id* id, sockaddr* addr, void* context) {
         USIW_NEXT(rdma_join_multicast, "RDMACM_1.0");
         return next ? next(id, addr, context) : missing();
     }
-    return guarded([&] { return cm::join_multicast(id, addr, context); });
+    return guarded_id(id, [&] { return cm::join_multicast(id, addr, context); });
 }
 
 int rdma_leave_multicast(rdma_cm_id* id, sockaddr* addr) {
@@ -293,7 +310,7 @@ int rdma_leave_multicast(rdma_cm_id* id, sockaddr* addr) {
         USIW_NEXT(rdma_leave_multicast, "RDMACM_1.0");
         return next ? next(id, addr) : missing();
     }
-    return guarded([&] { return cm::leave_multicast(id, addr); });
+    return guarded_id(id, [&] { return cm::leave_multicast(id, addr); });
 }
 
 int rdma_join_multicast_ex(rdma_cm_id* id, rdma_cm_join_mc_attr_ex* mc_join_attr, void* context) {
@@ -301,7 +318,7 @@ int rdma_join_multicast_ex(rdma_cm_id* id, rdma_cm_join_mc_attr_ex* mc_join_attr
         USIW_NEXT(rdma_join_multicast_ex, "RDMACM_1.1");
         return next ? next(id, mc_join_attr, context) : missing();
     }
-    return guarded([&] { return cm::join_multicast_ex(id, mc_join_attr, context); });
+    return guarded_id(id, [&] { return cm::join_multicast_ex(id, mc_join_attr, context); });
 }
 
 int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
@@ -368,7 +385,7 @@ int rdma_set_option(rdma_cm_id* id, int level, int optname, void* optval, size_t
         USIW_NEXT(rdma_set_option, "RDMACM_1.0");
         return next ? next(id, level, optname, optval, optlen) : missing();
     }
-    return guarded([&] { return cm::set_option(id, level, optname, optval, optlen); });
+    return guarded_id(id, [&] { return cm::set_option(id, level, optname, optval, optlen); });
 }
 
 int rdma_migrate_id(rdma_cm_id* id, rdma_event_channel* channel) {
@@ -376,7 +393,7 @@ int rdma_migrate_id(rdma_cm_id* id, rdma_event_channel* channel) {
         USIW_NEXT(rdma_migrate_id, "RDMACM_1.0");
         return next ? next(id, channel) : missing();
     }
-    return guarded([&] { return cm::migrate_id(id, channel); });
+    return guarded_id(id, [&] { return cm::migrate_id(id, channel); });
 }
 
 int rdma_getaddrinfo(const char* node, const char* service, const rdma_addrinfo* hints,
@@ -408,7 +425,7 @@ int rdma_establish(rdma_cm_id* id) {
         USIW_NEXT(rdma_establish, "RDMACM_1.2");
         return next ? next(id) : missing();
     }
-    return guarded([&] { return cm::establish(id); });
+    return guarded_id(id, [&] { return cm::establish(id); });
 }
 
 int rdma_init_qp_attr(rdma_cm_id* id, ibv_qp_attr* qp_attr, int* qp_attr_mask) {
@@ -416,7 +433,7 @@ int rdma_init_qp_attr(rdma_cm_id* id, ibv_qp_attr* qp_attr, int* qp_attr_mask) {
         USIW_NEXT(rdma_init_qp_attr, "RDMACM_1.2");
         return next ? next(id, qp_attr, qp_attr_mask) : missing();
     }
-    return guarded([&] { return cm::init_qp_attr(id, qp_attr, qp_attr_mask); });
+    return guarded_id(id, [&] { return cm::init_qp_attr(id, qp_attr, qp_attr_mask); });
 }
 
 int rdma_set_local_ece(rdma_cm_id* id, ibv_ece* ece) {
@@ -424,7 +441,7 @@ int rdma_set_local_ece(rdma_cm_id* id, ibv_ece* ece) {
         USIW_NEXT(rdma_set_local_ece, "RDMACM_1.3");
         return next ? next(id, ece) : missing();
     }
-    return guarded([&] { return cm::set_local_ece(id, ece); });
+    return guarded_id(id, [&] { return cm::set_local_ece(id, ece); });
 }
 
 int rdma_get_remote_ece(rdma_cm_id* id, ibv_ece* ece) {
@@ -432,7 +449,7 @@ int rdma_get_remote_ece(rdma_cm_id* id, ibv_ece* ece) {
         USIW_NEXT(rdma_get_remote_ece, "RDMACM_1.3");
         return next ? next(id, ece) : missing();
     }
-    return guarded([&] { return cm::get_remote_ece(id, ece); });
+    return guarded_id(id, [&] { return cm::get_remote_ece(id, ece); });
 }
 
 int rdma_reject_ece(rdma_cm_id* id, const void* private_data, uint8_t private_data_len) {
@@ -440,7 +457,7 @@ int rdma_reject_ece(rdma_cm_id* id, const void* private_data, uint8_t private_da
         USIW_NEXT(rdma_reject_ece, "RDMACM_1.3");
         return next ? next(id, private_data, private_data_len) : missing();
     }
-    return guarded([&] { return cm::reject_ece(id, private_data, private_data_len); });
+    return guarded_id(id, [&] { return cm::reject_ece(id, private_data, private_data_len); });
 }
 
 }  // extern "C"
