@@ -2663,6 +2663,74 @@ void test_raw_peer_closes_with_read_outstanding(void**) {
     }
 }
 
+// A Read Response and an RDMA Write are both tagged messages; their
+// segments must never interleave (Linux siw fails the connection on such a
+// "packet intersection"). usiw answers a large Read Request into small
+// socket buffers that the raw peer does not read yet, so the response is
+// under way when a WRITE is posted; then every FPDU is checked: a tagged
+// message, once begun, runs to its last segment before another starts,
+// and both arrive whole and in order.
+void test_raw_tagged_messages_do_not_interleave(void**) {
+    constexpr uint32_t kReadSize = 96 * 1024;
+    constexpr uint32_t kWriteSize = 64 * 1024;
+    constexpr uint64_t kWriteTo = 0x200000;
+    constexpr uint32_t kWriteStag = 0x2222;
+    for (bool crc : {false, true}) {
+        where("raw: a Read Response and a WRITE at once, crc=%d", crc);
+        Host h = new_host();
+        ibv_cq* scq = new_cq(h, 64);
+        ibv_cq* rcq = new_cq(h, 64);
+        ibv_qp* qp = new_qp(h, scq, rcq);
+        int fds[2];
+        tcp_pair(fds, true);
+        g.fds.push_back(fds[1]);
+        attach(qp, fds[0], true, Config{crc, 512});
+        Buf mem = new_buf(h, kReadSize);
+        pattern(mem.p, mem.n, 221);
+        Buf src = new_buf(h, kWriteSize);
+        pattern(src.p, src.n, 222);
+        const wire::ReadRequestFields rr{0x1111, 0x100000, kReadSize, mem.rkey(), mem.addr(0)};
+        raw_write_all(fds[1], fpdu_read_request(1, rr, crc));
+        usleep(20000);  // the response fills the socket buffers and waits
+        post(qp, rdma_wr(IBV_WR_RDMA_WRITE, 7, {src.sge(0, kWriteSize)}, kWriteTo, kWriteStag));
+        usleep(20000);
+        std::vector<uint8_t> response;
+        std::vector<uint8_t> written;
+        const char* under_way = nullptr;  // the tagged message begun and not ended
+        bool response_ended = false;
+        bool write_ended = false;
+        size_t fpdus = 0;
+        while (!(response_ended && write_ended)) {
+            const RxFpdu f = raw_read_fpdus(fds[1], crc, 1)[0];
+            ++fpdus;
+            const bool is_response = f.h.opcode == wire::Opcode::kReadResponse;
+            EXPECT(is_response || f.h.opcode == wire::Opcode::kRdmaWrite, "FPDU %zu is a %s", fpdus,
+                   wire::opcode_name(f.h.opcode));
+            const char* what = is_response ? "Read Response" : "WRITE";
+            EXPECT(!under_way || under_way == what,
+                   "FPDU %zu: a %s segment while the %s is under way (%zu and %zu bytes so far)",
+                   fpdus, what, under_way, response.size(), written.size());
+            std::vector<uint8_t>& into = is_response ? response : written;
+            const uint64_t to = (is_response ? rr.sink_to : kWriteTo) + into.size();
+            const uint32_t stag = is_response ? rr.sink_stag : kWriteStag;
+            EXPECT(f.h.stag == stag && f.h.to == to,
+                   "FPDU %zu (%s): STag 0x%x TO 0x%" PRIx64 ", expected 0x%x 0x%" PRIx64, fpdus,
+                   what, f.h.stag, f.h.to, stag, to);
+            into.insert(into.end(), f.payload.begin(), f.payload.end());
+            under_way = f.h.last ? nullptr : what;
+            if (f.h.last)
+                (is_response ? response_ended : write_ended) = true;
+        }
+        EXPECT(response.size() == kReadSize, "Read Response of %zu bytes", response.size());
+        expect_bytes(response.data(), mem.p, kReadSize, "Read Response payload");
+        EXPECT(written.size() == kWriteSize, "WRITE of %zu bytes", written.size());
+        expect_bytes(written.data(), src.p, kWriteSize, "WRITE payload");
+        expect_wc(expect_one(scq, "the WRITE"), 7, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, "the WRITE");
+        print_message("  crc=%d: %zu FPDUs, no tagged message interleaved\n", crc ? 1 : 0, fpdus);
+        g.clear();
+    }
+}
+
 // Runs every thread of this process on one CPU while it lives, so that a
 // thread woken by another usually preempts it (interleavings that are rare
 // on an idle machine with spare cores become the common case).
@@ -2781,6 +2849,8 @@ int main(void) {
         T(test_raw_partial_send_then_close),
         T(test_raw_peer_closes_with_read_outstanding),
         T(test_raw_peer_closes_after_send),
+        T(test_raw_tagged_messages_do_not_interleave),
+
     };
 #undef T
     return cmocka_run_group_tests(tests, nullptr, nullptr);

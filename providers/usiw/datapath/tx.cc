@@ -58,8 +58,9 @@ bool batch_has_room(const Stream* s) {
            s->batch->bytes < kBatchBytes;
 }
 
-// One segment of the inbound read at the front of the IRQ.
-bool add_read_response(Stream* s) {
+// One segment of the inbound read at the front of the IRQ. `*finished`
+// (when given) says whether it was that response's last.
+bool add_read_response(Stream* s, bool* finished = nullptr) {
     InboundRead r;
     {
         std::lock_guard lock(s->completion_mutex);
@@ -83,7 +84,15 @@ bool add_read_response(Stream* s) {
     } else {
         s->irq.front().sent += static_cast<uint32_t>(size);
     }
+    if (finished)
+        *finished = h.last;
     return true;
+}
+
+// A Read Response has segments on the wire and more to send.
+bool read_response_midway(Stream* s) {
+    std::lock_guard lock(s->completion_mutex);
+    return !s->irq.empty() && s->irq.front().sent > 0;
 }
 
 // Resolves a work request's SGEs for reading (the payload of a Send or
@@ -257,6 +266,14 @@ void add_rtr(Stream* s) {
 
 // Fills the batch from the read responses owed, the current message and
 // the send queue, as far as there is room and work that may start now.
+//
+// A Read Response and an RDMA Write are both tagged messages, and the
+// peer's receiver follows one tagged message at a time (Linux siw fails
+// the connection on such a "packet intersection"): once one has segments
+// on the wire, it finishes before the other sends any. So a Read Response
+// under way always continues, and one may start beside a Send under way
+// (untagged) but not beside a Write. The send queue gets a turn after
+// kReadResponsesPerTurn whole responses.
 void fill_batch(Stream* s, bool direct) {
     if (s->rtr_pending) {
         add_rtr(s);
@@ -265,15 +282,23 @@ void fill_batch(Stream* s, bool direct) {
     if (s->tx_held.load())
         return;
     while (batch_has_room(s)) {
+        const TxMessage& m = s->message;
+        const bool write_midway = m.active && m.first.tagged() && m.sent > 0;
         bool sq_waiting;
         {
             std::lock_guard lock(s->qp->sq_mutex);
-            sq_waiting = s->message.active || !s->qp->sq.empty();
+            sq_waiting = m.active || !s->qp->sq.empty();
         }
-        if ((!sq_waiting || s->read_responses_in_row < kReadResponsesPerTurn) &&
-            add_read_response(s)) {
-            ++s->read_responses_in_row;
-            continue;
+        if (!write_midway && (!sq_waiting || read_response_midway(s) ||
+                              s->read_responses_in_row < kReadResponsesPerTurn)) {
+            bool finished = false;
+            if (add_read_response(s, &finished)) {
+                if (finished)
+                    ++s->read_responses_in_row;
+                continue;
+            }
+            if (read_response_midway(s))
+                return;  // no room for its next segment
         }
         s->read_responses_in_row = 0;
         if (s->message.active) {
