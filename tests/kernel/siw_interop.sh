@@ -60,7 +60,8 @@ wire_check() {
             -e iwarp_rdma.term_etype_llp -e iwarp_rdma.term_errcode_rdma \
             -e iwarp_rdma.term_errcode_ddp_tagged -e iwarp_rdma.term_errcode_ddp_untagged \
             -e iwarp_rdma.term_errcode_llp -e tcp.analysis.retransmission \
-            -e tcp.analysis.lost_segment -e tcp.analysis.out_of_order 2>"$out/tshark.err"); then
+            -e tcp.analysis.lost_segment -e tcp.analysis.out_of_order \
+            -e iwarp_ddp.last_flag 2>"$out/tshark.err"); then
         echo "WIRE FAIL: $name: tshark failed: $(head -n 3 "$out/tshark.err")"
         return 1
     fi
@@ -79,7 +80,19 @@ wire_check() {
             if ($5 != "") req++
             if ($6 != "") rep++
             n = split($7, op, ",")
+            split($21, last, ",")
             for (i = 1; i <= n; i++) {
+                # A WRITE (0) and a Read Response (2) are tagged: from one
+                # sender, one must end before the other begins (Linux siw
+                # drops the connection on such a "packet intersection").
+                if (op[i] == "0x00" || op[i] == "0x02") {
+                    kind = op[i] == "0x00" ? "WRITE" : "Read Response"
+                    if (open[$9] != "" && open[$9] != kind)
+                        finding("a " kind " segment from " $9 " inside its " open[$9] \
+                                " (tagged messages interleaved)")
+                    open[$9] = last[i] == "1" ? "" : kind
+                }
+
                 if (op[i] + 0 > 7) finding("RDMAP opcode " op[i] " outside RFC 5040")
                 if (op[i] + 0 == 7) {
                     term++
