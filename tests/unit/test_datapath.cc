@@ -556,6 +556,17 @@ void attach(ibv_qp* qp, int fd, bool initiator, const Config& c) {
     EXPECT(err == 0, "usiw_qp_attach_socket(QP %u): %s", qp->qp_num, std::strerror(err));
 }
 
+// Connects `qp`, as initiator, to a plain socket and returns that socket
+// (the teardown closes it). With `small_buffers`, usiw's send buffer and
+// the socket's receive buffer are as small as the kernel allows.
+int attach_to_raw(ibv_qp* qp, const Config& c, bool small_buffers = false) {
+    int fds[2];
+    tcp_pair(fds, small_buffers);
+    g.fds.push_back(fds[1]);
+    attach(qp, fds[0], true, c);
+    return fds[1];
+}
+
 void connect_qps(ibv_qp* a, ibv_qp* b, const Config& c) {
     int fds[2];
     tcp_pair(fds);
@@ -1658,10 +1669,7 @@ void test_local_error_flush(void**) {
         ibv_cq* scq = new_cq(h, 1024);
         ibv_cq* rcq = new_cq(h, 1024);
         ibv_qp* qp = new_qp(h, scq, rcq);
-        int fds[2];
-        tcp_pair(fds, true);
-        g.fds.push_back(fds[1]);
-        attach(qp, fds[0], true, c);
+        const int raw = attach_to_raw(qp, c, true);
         Buf src = new_buf(h, kMiB);
         Buf rbuf = new_buf(h, 10 * 4096);
         for (uint64_t i = 0; i < 10; ++i)
@@ -1729,9 +1737,9 @@ void test_local_error_flush(void**) {
         const auto end = Clock::now() + std::chrono::milliseconds(kTimeoutMs);
         std::vector<uint8_t> sink(256 * 1024);
         while (!eof && Clock::now() < end) {
-            if (!readable(fds[1], 100))
+            if (!readable(raw, 100))
                 continue;
-            const ssize_t n = recv(fds[1], sink.data(), sink.size(), 0);
+            const ssize_t n = recv(raw, sink.data(), sink.size(), 0);
             eof = n == 0 || (n < 0 && errno == ECONNRESET);
         }
         EXPECT(eof, "the peer never saw the connection close");
@@ -2624,17 +2632,14 @@ void test_raw_peer_closes_with_read_outstanding(void**) {
         ibv_cq* scq = new_cq(h, 64);
         ibv_cq* rcq = new_cq(h, 64);
         ibv_qp* qp = new_qp(h, scq, rcq);
-        int fds[2];
-        tcp_pair(fds);
-        g.fds.push_back(fds[1]);
-        attach(qp, fds[0], true, c);
+        const int raw = attach_to_raw(qp, c);
         Buf local = new_buf(h, 8192);
         pattern(local.p, local.n, 201);
         const std::vector<uint8_t> before(local.p, local.p + local.n);
         std::vector<Wr> chain{rdma_wr(IBV_WR_RDMA_READ, 1, {local.sge(100, 1000)}, 0x10000, 0x2233),
                               send_wr(2, {local.sge(4096, 10)})};
         EXPECT(post_chain(qp, chain) == 0, "ibv_post_send(READ, SEND)");
-        const std::vector<RxFpdu> got = raw_read_fpdus(fds[1], c.crc, 2);
+        const std::vector<RxFpdu> got = raw_read_fpdus(raw, c.crc, 2);
         const RxFpdu& rr = got[0];
         EXPECT(rr.h.opcode == wire::Opcode::kReadRequest && rr.h.msn == 1 && rr.h.last,
                "first FPDU %s MSN %u", wire::opcode_name(rr.h.opcode), rr.h.msn);
@@ -2651,7 +2656,7 @@ void test_raw_peer_closes_with_read_outstanding(void**) {
         // Both are on the wire; the SEND is done but its completion waits
         // for the READ's.
         expect_cq_empty(scq, kQuietMs, "send CQ before the close");
-        close(fds[1]);
+        close(raw);
         g.fds.pop_back();
         const std::vector<ibv_wc> wcs = poll_up_to(scq, 2, kTimeoutMs);
         EXPECT(wcs.size() == 2, "%zu of 2 completions", wcs.size());
@@ -2681,16 +2686,13 @@ void test_raw_tagged_messages_do_not_interleave(void**) {
         ibv_cq* scq = new_cq(h, 64);
         ibv_cq* rcq = new_cq(h, 64);
         ibv_qp* qp = new_qp(h, scq, rcq);
-        int fds[2];
-        tcp_pair(fds, true);
-        g.fds.push_back(fds[1]);
-        attach(qp, fds[0], true, Config{crc, 512});
+        const int raw = attach_to_raw(qp, Config{crc, 512}, true);
         Buf mem = new_buf(h, kReadSize);
         pattern(mem.p, mem.n, 221);
         Buf src = new_buf(h, kWriteSize);
         pattern(src.p, src.n, 222);
         const wire::ReadRequestFields rr{0x1111, 0x100000, kReadSize, mem.rkey(), mem.addr(0)};
-        raw_write_all(fds[1], fpdu_read_request(1, rr, crc));
+        raw_write_all(raw, fpdu_read_request(1, rr, crc));
         usleep(20000);  // the response fills the socket buffers and waits
         post(qp, rdma_wr(IBV_WR_RDMA_WRITE, 7, {src.sge(0, kWriteSize)}, kWriteTo, kWriteStag));
         usleep(20000);
@@ -2701,7 +2703,7 @@ void test_raw_tagged_messages_do_not_interleave(void**) {
         bool write_ended = false;
         size_t fpdus = 0;
         while (!(response_ended && write_ended)) {
-            const RxFpdu f = raw_read_fpdus(fds[1], crc, 1)[0];
+            const RxFpdu f = raw_read_fpdus(raw, crc, 1)[0];
             ++fpdus;
             const bool is_response = f.h.opcode == wire::Opcode::kReadResponse;
             EXPECT(is_response || f.h.opcode == wire::Opcode::kRdmaWrite, "FPDU %zu is a %s", fpdus,
@@ -2779,17 +2781,14 @@ void test_raw_peer_closes_after_send(void**) {
     for (int round = 0; round < kRounds; ++round) {
         where("raw peer closes after a Send, round %d", round);
         ibv_qp* qp = new_qp(h, scq, rcq);
-        int fds[2];
-        tcp_pair(fds);
-        g.fds.push_back(fds[1]);
-        attach(qp, fds[0], true, Config{false, 65536});
+        const int raw = attach_to_raw(qp, Config{false, 65536});
         std::atomic<int> post_err{-1};
         std::thread poster([&] {
             std::vector<Wr> one{send_wr(round, {src.sge(0, 64)})};
             post_err.store(post_chain(qp, one));
         });
-        const std::vector<RxFpdu> got = raw_read_fpdus(fds[1], false, 1);
-        close(fds[1]);
+        const std::vector<RxFpdu> got = raw_read_fpdus(raw, false, 1);
+        close(raw);
         g.fds.pop_back();
         poster.join();
         EXPECT(post_err.load() == 0, "ibv_post_send: %s", std::strerror(post_err.load()));
