@@ -474,30 +474,45 @@ void receive_locked(Stream* s) {
     // no receive buffer.
     thread_local std::vector<std::byte> staging(kReceiveBuffer);
     while (!s->ended.load()) {
-        iovec direct[kMaxSgeRd];
+        iovec direct[kMaxSgeRd + 1];
         const size_t direct_count = receiver.direct_iov(direct, kMaxSgeRd);
         ssize_t n;
         if (direct_count > 0) {
+            // The same call takes the trailer and the next header into
+            // staging (one system call per FPDU, not two). It asks for a
+            // tagged header's size, the smallest there is, so it never takes
+            // any of the next payload, which may want placing in turn.
+            const size_t payload = s->deframer.payload_remaining();
+            const size_t tail = s->deframer.bytes_before_payload() - payload;
+            direct[direct_count] = {staging.data(), tail};
             msghdr msg{};
             msg.msg_iov = direct;
-            msg.msg_iovlen = direct_count;
+            msg.msg_iovlen = direct_count + 1;
             n = recvmsg(s->fd, &msg, MSG_DONTWAIT);
             if (n > 0) {
+                const size_t placed = std::min(static_cast<size_t>(n), payload);
                 count(s->context->device->stats->rx_bytes, static_cast<uint64_t>(n));
-                count(s->context->device->stats->rx_direct_bytes, static_cast<uint64_t>(n));
-                size_t left = static_cast<size_t>(n);
+                count(s->context->device->stats->rx_direct_bytes, placed);
+                size_t left = placed;
                 for (size_t i = 0; i < direct_count && left > 0; ++i) {
                     const size_t take = std::min(left, direct[i].iov_len);
                     s->deframer.payload_placed({static_cast<std::byte*>(direct[i].iov_base), take});
                     left -= take;
                 }
+                if (static_cast<size_t>(n) > placed &&
+                    !receiver.feed({staging.data(), static_cast<size_t>(n) - placed}))
+                    break;
+                if (static_cast<size_t>(n) < payload + tail)
+                    break;  // drained for now (epoll says when there is more)
                 continue;
             }
+
         } else {
             // While payloads are large, stop each read where the next one
-            // begins (the trailer and a header: about 20 bytes, one more
-            // system call per FPDU); otherwise the staging read would take
-            // whole FPDUs that then have to be copied out of it.
+            // begins (a small FPDU, or the rest of an untagged header);
+            // otherwise the staging read would take whole FPDUs that then
+            // have to be copied out of it.
+
             const size_t header_first = s->rx_in_place ? s->deframer.bytes_before_payload() : 0;
             const size_t want = header_first > 0 ? header_first : staging.size();
             n = recv(s->fd, staging.data(), want, MSG_DONTWAIT);
