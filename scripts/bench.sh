@@ -17,10 +17,10 @@
 #
 # With --guest it instead boots Debian's 6.1 kernel in qemu
 # (scripts/qemu/guest.sh) and measures usiw, kernel siw and kernel rxe side
-# by side on the same path in that one boot (scripts/qemu/bench_guest.sh):
+# by side on the same path in each boot (scripts/qemu/bench_guest.sh):
 # perftest -R bandwidth at 64 KiB and 1 MiB and 8-byte latency, with the
-# ratios usiw/siw and usiw/rxe. Emulation slows all three; only the ratios
-# mean anything.
+# ratios usiw/siw and usiw/rxe of the medians over --runs boots. Emulation
+# slows all three; only the ratios mean anything.
 #
 # With --zerocopy it boots the guest with two virtio-net NICs instead (a
 # NIC that does not copy: loopback and veth always copy) and measures
@@ -28,7 +28,7 @@
 # (scripts/qemu/zerocopy_guest.sh): how USIW_ZCOPY_MIN was chosen.
 #
 # Usage: scripts/bench.sh [--quick] [--runs N] [loopback|netns|all]
-#        scripts/bench.sh --guest [--quick]
+#        scripts/bench.sh --guest [--quick] [--runs N]     (one boot per run)
 #        scripts/bench.sh --zerocopy [--quick] [--runs N]  (one boot per run)
 #   --quick   shorter runs, one of each (a smoke test of the script itself)
 #   --runs N  runs of each measurement, usiw's and raw TCP's alike; the
@@ -36,7 +36,8 @@
 #             run can be half or double the next)
 # Output: build/bench/results.csv, build/bench/results.png, and the output
 # of every program run (with its CPU time) in build/bench/logs/;
-# with --guest, build/bench/guest.csv.
+# with --guest, build/bench/guest.csv (each boot's log: build/bench/guest/).
+
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -80,25 +81,36 @@ done
 "$top/scripts/build.sh" "$top/build"
 
 # --zerocopy: usiw's transmit with and without zero copy over virtio-net.
-if [ $guest -eq 2 ]; then
+# guest_runs NAME SCRIPT CSV [VAR=VALUE...]: boots the qemu guest $runs
+# times (one boot per run; with the variables in guest.sh's environment),
+# each running SCRIPT BUILD_DIR SCALE with its results shared in
+# build/bench/NAME/runN; sets `csvs` to the CSV files they wrote. Exits on
+# a failed boot, with its output.
+guest_runs() {
+    local name=$1 script=$2 csv=$3 i
+    shift 3
+    local scale=1
+    [ $quick -eq 1 ] && scale=0.25
     [ $quick -eq 1 ] && [ $runs_given -eq 0 ] && runs=1
-    rm -rf "$top/build/bench/zerocopy"
-    mkdir -p "$top/build/bench/zerocopy"
+    rm -rf "$top/build/bench/$name"
+    mkdir -p "$top/build/bench/$name"
     csvs=()
-    for i in $(seq "$runs"); do  # one boot per run
-        share=$top/build/bench/zerocopy/run$i
-        rc=0
-        USIW_QEMU_NICS=2 "$top/scripts/qemu/guest.sh" run --share "$share" \
-            "$top/scripts/qemu/zerocopy_guest.sh" "$top/build" \
-            "$([ $quick -eq 1 ] && echo 0.25 || echo 1)" >"$share.log" 2>&1 || rc=$?
-        if [ $rc -ne 0 ] || [ ! -s "$share/zerocopy.csv" ]; then
-            echo "bench.sh: the zero-copy benchmark failed (exit $rc); its output:" >&2
+    for i in $(seq "$runs"); do
+        local share=$top/build/bench/$name/run$i rc=0
+        env "$@" "$top/scripts/qemu/guest.sh" run --share "$share" "$script" "$top/build" \
+            "$scale" >"$share.log" 2>&1 || rc=$?
+        if [ $rc -ne 0 ] || [ ! -s "$share/$csv" ]; then
+            echo "bench.sh: the $name benchmark failed (exit $rc); its output:" >&2
             tail -n 30 "$share.log" >&2
             exit 1
         fi
-        csvs+=("$share/zerocopy.csv")
+        csvs+=("$share/$csv")
     done
-    echo "each figure is the median of $runs run(s)"
+    echo "each figure is the median of $runs run(s), one boot each"
+}
+
+if [ $guest -eq 2 ]; then
+    guest_runs zerocopy "$top/scripts/qemu/zerocopy_guest.sh" zerocopy.csv USIW_QEMU_NICS=2
     /usr/bin/python3 - "$top/build/bench/zerocopy.csv" "${csvs[@]}" <<'PY'
 import csv, statistics, sys
 runs = {}
@@ -135,46 +147,36 @@ PY
     exit 0
 fi
 
-# --guest: usiw against kernel siw and rxe in one qemu boot.
+# --guest: usiw against kernel siw and rxe, side by side in each boot.
 if [ $guest -eq 1 ]; then
-    share=$top/build/bench/guest
-    rm -rf "$share"
-    rc=0
-    "$top/scripts/qemu/guest.sh" run --share "$share" "$top/scripts/qemu/bench_guest.sh" \
-        "$top/build" "$([ $quick -eq 1 ] && echo 0.25 || echo 1)" >"$share.log" 2>&1 || rc=$?
-
-    if [ $rc -ne 0 ] || [ ! -s "$share/guest-bench.csv" ]; then
-        echo "bench.sh: the guest benchmark failed (exit $rc); its output:" >&2
-        tail -n 30 "$share.log" >&2
-        exit 1
-    fi
-    /usr/bin/python3 - "$share/guest-bench.csv" "$top/build/bench/guest.csv" <<'PY'
-import csv, sys
-rows = {}
-for kind, test, size, metric, value in csv.reader(open(sys.argv[1])):
-    rows.setdefault((test, size, metric), {})[kind] = float(value) if value else None
+    guest_runs guest "$top/scripts/qemu/bench_guest.sh" guest-bench.csv
+    /usr/bin/python3 - "$top/build/bench/guest.csv" "${csvs[@]}" <<'PY'
+import csv, statistics, sys
+runs = {}
+for path in sys.argv[2:]:
+    for kind, test, size, metric, value in csv.reader(open(path)):
+        if value and float(value) > 0:  # perftest has reported 0 under emulation
+            runs.setdefault((test, size, metric), {}).setdefault(kind, []).append(float(value))
 def ratio(a, b):
-    # None where either figure is missing or perftest reported 0.
-    if not a or not b:
-        return None
-    return a / b
-with open(sys.argv[2], "w", newline="") as f:
+    return None if not a or not b else a / b
+cell = lambda x, p="%.2f": "-" if x is None else p % x
+with open(sys.argv[1], "w", newline="") as f:
     out = csv.writer(f)
-    out.writerow(["test", "size_bytes", "metric", "usiw", "siw", "rxe", "usiw_over_siw", "usiw_over_rxe"])
+    out.writerow(["test", "size_bytes", "metric", "usiw", "siw", "rxe", "usiw_over_siw",
+                  "usiw_over_rxe"])
     fmt = "%-13s %8s %-7s %10s %10s %10s %9s %9s"
     print(fmt % ("test", "bytes", "metric", "usiw", "siw", "rxe", "usiw/siw", "usiw/rxe"))
-    for (test, size, metric), v in rows.items():
-        u, s, r = v.get("usiw"), v.get("siw"), v.get("rxe")
+    for (test, size, metric), by_kind in runs.items():
+        u, s, r = (statistics.median(by_kind[k]) if k in by_kind else None
+                   for k in ("usiw", "siw", "rxe"))
         rs, rr = ratio(u, s), ratio(u, r)
-
-        cell = lambda x, p="%.2f": "-" if x is None else p % x
         out.writerow([test, size, metric] + [cell(x, "%.3f") for x in (u, s, r)] +
                      [cell(rs), cell(rr)])
         print(fmt % (test, size, metric, cell(u, "%.3f"), cell(s, "%.3f"), cell(r, "%.3f"),
                      cell(rs), cell(rr)))
 print("(throughput: above 1 is better for usiw; latency: below 1 is better)")
 PY
-    echo "results: $top/build/bench/guest.csv (guest log: $share.log)"
+    echo "results: $top/build/bench/guest.csv (guest logs: $top/build/bench/guest/run*.log)"
     exit 0
 fi
 
