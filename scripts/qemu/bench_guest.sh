@@ -106,13 +106,11 @@ perftest() {
     wait "$spid"
     local log
     log=$LOGS/$kind-$test$(printf '_%s' "$@")
-
     cp "$WORK/server" "$log.server"
     cp "$WORK/client" "$log.client"
     local reporter=$WORK/client
     [ "$test" = ib_send_bw ] && reporter=$WORK/server
     if ! grep -E '^ *[0-9]+ +[0-9]+ +[0-9.]+' "$reporter" | tail -n 1; then
-
         {
             echo "bench_guest: $kind $test $*: no result; the ends' output:"
             tail -n 5 "$WORK/server" | sed 's/^/  server: /'
@@ -121,13 +119,11 @@ perftest() {
     fi
 }
 
-
 record() {  # KIND TEST SIZE METRIC VALUE
     echo "$1,$2,$3,$4,$5" | tee -a "$CSV"
 }
 
 for kind in $KINDS; do
-
     for test in ib_write_bw ib_send_bw ib_read_bw; do
         for size in 65536 1048576; do
             # About 64 MiB (x SCALE) per run.
@@ -139,7 +135,6 @@ for kind in $KINDS; do
     done
     for test in ib_write_lat ib_send_lat ib_read_lat; do
         r=$(perftest "$kind" "$test" -s 8 -n "$(awk -v s="$SCALE" 'BEGIN { print int(s * 1000) }')")
-
         # bytes iterations t_min t_max t_typical t_avg ...
         record "$kind" "$test" 8 usec "$(awk '{print $6}' <<<"$r")"
     done
