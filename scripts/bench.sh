@@ -40,6 +40,7 @@
 
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
+. "$top/scripts/lib/listen.sh"
 
 quick=0
 where=all
@@ -211,14 +212,6 @@ in_ns() {
     if [ -n "$netns" ]; then ip netns exec "$netns" "$@"; else "$@"; fi
 }
 
-wait_listen() {  # NETNS PORT
-    for _ in $(seq 100); do
-        in_ns "$1" ss -Hltn "sport = :$2" | grep -q . && return 0
-        sleep 0.1
-    done
-    return 1
-}
-
 # CPU accounting: `in_ns NETNS "${cputime[@]}" FILE CMD...` runs CMD under
 # GNU time, which writes to FILE the user and system CPU seconds of CMD and
 # of every descendant it waited for (all threads included).
@@ -245,7 +238,7 @@ iperf_run() {  # LOG SERVER_NS CLIENT_NS ADDR
     shift
     in_ns "$1" "${cputime[@]}" "$log.cpu-server" iperf3 -s -1 -p 5301 -B "$3" \
         >"$log.server" 2>&1 &
-    wait_listen "$1" 5301
+    wait_listen "$1" 10 5301
     in_ns "$2" "${cputime[@]}" "$log.cpu-client" iperf3 -c "$3" -p 5301 -t "$seconds" -J \
         >"$log.client.json"
     wait
@@ -264,7 +257,7 @@ sockperf_pair() {
     shift 4
     in_ns "$snet" sockperf sr --tcp -i "$addr" -p "$port" >/dev/null 2>&1 &
     local spid=$!
-    wait_listen "$snet" "$port"
+    wait_listen "$snet" 10 "$port"
     in_ns "$cnet" sockperf "$@" --tcp -i "$addr" -p "$port" -t "$seconds" 2>&1 || true
     kill "$spid" 2>/dev/null || true
     wait "$spid" 2>/dev/null || true
@@ -296,7 +289,7 @@ connrate_run() {  # LOG SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR [--tcp]
         in_ns "$snet" timeout 120 "${run[@]}" "$connrate" server "$@" -p 18610 \
         -n "$connections" "$addr" >"$log.server" 2>&1 &
     local spid=$! client_rc=0 server_rc=0
-    wait_listen "$snet" 18610 || echo "bench.sh: usiw_connrate $*: no server after 10 s" >&2
+    wait_listen "$snet" 10 18610 || echo "bench.sh: usiw_connrate $*: no server after 10 s" >&2
     USIW_CONFIG_DIR=$cconf USIW_SYSTEM_CONFIG_DIR=$cconf \
         in_ns "$cnet" timeout 120 "${run[@]}" "$connrate" client "$@" -p 18610 \
         -n "$connections" "$addr" >"$log.client" 2>&1 || client_rc=$?
@@ -321,7 +314,7 @@ perftest_row() {  # LOG SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR TEST AR
         in_ns "$snet" "${cputime[@]}" "$log.cpu-server" \
         timeout 120 "$usiw" run "$test" -R -F -d usiw0 -p 18600 "$@" \
         >"$log.server" 2>&1 &
-    wait_listen "$snet" 18600 || echo "bench.sh: $test $*: no server after 10 s" >&2
+    wait_listen "$snet" 10 18600 || echo "bench.sh: $test $*: no server after 10 s" >&2
     USIW_CONFIG_DIR=$cconf USIW_SYSTEM_CONFIG_DIR=$cconf \
         in_ns "$cnet" "${cputime[@]}" "$log.cpu-client" \
         timeout 120 "$usiw" run "$test" -R -F -d usiw0 -p 18600 "$@" "$addr" \

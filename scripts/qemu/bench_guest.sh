@@ -26,6 +26,7 @@
 # (Iteration counts, not perftest's -D: its duration mode reported an
 # average of 0 MB/s now and then here.)
 set -u
+. "$(dirname "$0")/../lib/listen.sh"
 BUILD=${1:?usage: bench_guest.sh BUILD_DIR [SCALE]}
 SCALE=${2:-1}
 KINDS=${3:-usiw siw rxe}
@@ -83,13 +84,9 @@ device() {  # SIDE KIND
 
 # Until the server listens: siw and usiw listen on TCP; rxe (RoCE) has no
 # TCP listener to see, so it gets a fixed pause.
-wait_listen() {  # KIND
+wait_server() {  # KIND
     [ "$1" = rxe ] && { sleep 3; return 0; }
-    for _ in $(seq 150); do
-        ss -Hltn "sport = :18600" 2>/dev/null | grep -q . && return 0
-        sleep 0.2
-    done
-    return 1
+    wait_listen "" 30 18600
 }
 
 # perftest KIND TEST ARGS...: prints the result row, the receiver's for
@@ -100,7 +97,7 @@ perftest() {
     shift 2
     run b "$kind" "$test" -R -F -d "$(device b "$kind")" -p 18600 "$@" >"$WORK/server" 2>&1 &
     local spid=$!
-    wait_listen "$kind"
+    wait_server "$kind"
 
     run a "$kind" "$test" -R -F -d "$(device a "$kind")" -p 18600 "$@" 192.0.2.2 >"$WORK/client" 2>&1
     wait "$spid"

@@ -21,6 +21,7 @@
 # Usage (in the guest): zerocopy_guest.sh BUILD_DIR [SCALE]
 #   SCALE multiplies the bytes moved per run (default 1: about 64 MiB).
 set -u
+. "$(dirname "$0")/../lib/listen.sh"
 BUILD=${1:?usage: zerocopy_guest.sh BUILD_DIR [SCALE]}
 SCALE=${2:-1}
 USIW=$BUILD/bin/usiw
@@ -71,14 +72,6 @@ stat_of() {  # COUNTER: its value on usiw0 (both ends count into one segment)
     on_side a "$USIW" stat show usiw0 | tr ' ' '\n' | grep -A1 -x "$1" | tail -n 1
 }
 
-wait_listen() {
-    for _ in $(seq 150); do
-        ip netns exec zb ss -Hltn "sport = :18600" 2>/dev/null | grep -q . && return 0
-        sleep 0.2
-    done
-    return 1
-}
-
 record() {  # MODE SIZE METRIC VALUE
     echo "$1,$2,$3,$4" | tee -a "$CSV"
 }
@@ -95,7 +88,7 @@ for size in 4096 16384 65536 262144 524288 1048576 4194304; do
         USIW_ZCOPY=never on_side b timeout 300 "$USIW" run ib_write_bw -R -F -d usiw0 -p 18600 -s "$size" -n "$iters" \
             >"$log.server" 2>&1 &
         spid=$!
-        wait_listen || echo "zerocopy_guest: $mode $size: no server" >&2
+        wait_listen zb 30 18600 || echo "zerocopy_guest: $mode $size: no server" >&2
         USIW_ZCOPY=$mode USIW_ZCOPY_MIN=0 on_side a /usr/bin/time -f '%U %S' -o "$log.cpu" timeout 300 "$USIW" run ib_write_bw -R -F \
             -d usiw0 -p 18600 -s "$size" -n "$iters" 192.0.2.2 >"$log.client" 2>&1
         wait "$spid"

@@ -8,6 +8,7 @@
 # Usage: connrate.sh PATH/TO/usiw PATH/TO/usiw_connrate
 # Prints one line per check and "N passed, M failed"; exits 1 if any failed.
 set -euo pipefail
+. "$(dirname "$0")/../../scripts/lib/listen.sh"
 
 USIW=${1:?usage: connrate.sh PATH/TO/usiw PATH/TO/usiw_connrate}
 CONNRATE=${2:?usage: connrate.sh PATH/TO/usiw PATH/TO/usiw_connrate}
@@ -28,14 +29,6 @@ failed=0
 ok() { echo "PASS: $1"; passed=$((passed + 1)); }
 bad() { echo "FAIL: $1"; failed=$((failed + 1)); }
 
-wait_listen() {  # PORT
-    for _ in $(seq 100); do
-        ss -Hltn "sport = :$1" | grep -q . && return 0
-        sleep 0.05
-    done
-    return 1
-}
-
 # pair NAME PORT SERVER_COUNT CLIENT_COUNT [--tcp]: runs a server and a
 # client under `usiw run`; sets server_rc, client_rc and client_out.
 pair() {
@@ -44,7 +37,7 @@ pair() {
     timeout 20 "$USIW" run "$CONNRATE" server "$@" -p "$port" -n "$scount" -t 2000 127.0.0.1 \
         >"$WORK/$name.server" 2>&1 &
     local spid=$!
-    if ! wait_listen "$port"; then
+    if ! wait_listen "" 5 "$port"; then
         bad "$name: the server is not listening on port $port"
         cat "$WORK/$name.server"
     fi

@@ -14,6 +14,7 @@
 # The netns part needs root (ip netns); without it, it is reported skipped.
 # Prints one line per check and "N passed, M failed" at the end.
 set -u
+. "$(dirname "$0")/../../scripts/lib/listen.sh"
 
 USIW=${1:?usage: traffic.sh PATH/TO/usiw [loopback|netns|all]}
 WHERE=${2:-all}
@@ -57,17 +58,6 @@ side() {
         "${prefix[@]}" timeout 60 "$USIW" run "$@"
 }
 
-# wait_listen NETNS PORT: until something listens on TCP PORT (max 10 s).
-wait_listen() {
-    local netns=$1 port=$2 prefix=()
-    [ -n "$netns" ] && prefix=(ip netns exec "$netns")
-    for _ in $(seq 100); do
-        "${prefix[@]}" ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && return 0
-        sleep 0.1
-    done
-    return 1
-}
-
 # pair NAME PORT SERVER_ENV CLIENT_ENV SERVER_REGEX CLIENT_REGEX -- SERVER_ARGS -- CLIENT_ARGS
 # where *_ENV is "CONFIGDIR NETNS".
 pair() {
@@ -85,7 +75,7 @@ pair() {
     local sout="$WORK/$file.server" cout="$WORK/$file.client"
     side "$sconf" "$snet" "${sargs[@]}" >"$sout" 2>&1 &
     local spid=$!
-    if ! wait_listen "$snet" "$port"; then
+    if ! wait_listen "$snet" 10 "$port"; then
         bad "$name: server never listened on port $port"
         kill "$spid" 2>/dev/null
         sed 's/^/    server: /' "$sout" | tail -n 5

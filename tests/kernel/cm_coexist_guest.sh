@@ -37,6 +37,7 @@ RXEADDR=198.51.100.1
 WORK=$(mktemp -d -t coexist.XXXXXX)  # under $TMPDIR: the guest's /tmp is read-only
 GUEST_TEST=cm_coexist
 . "$(dirname "$0")/guest_lib.sh"
+. "$(dirname "$0")/../../scripts/lib/listen.sh"
 
 setup() {
     load_rdma_modules
@@ -62,17 +63,6 @@ plain() { timeout 60 "$@"; }
 # under_usiw CMD...: under `usiw run`, usiw0 on vb.
 under_usiw() {
     USIW_CONFIG_DIR=$WORK/conf USIW_SYSTEM_CONFIG_DIR=$WORK/conf timeout 60 "$USIW" run "$@"
-}
-
-wait_listen() {  # PORT...
-    local port
-    for port in "$@"; do
-        for _ in $(seq 100); do
-            ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && continue 2
-            sleep 0.2
-        done
-        return 1
-    done
 }
 
 # check NAME RC LOG REGEX...: passes when RC is 0 and LOG matches every REGEX.
@@ -108,7 +98,7 @@ coexist_client() {
     local ks=$!
     under_usiw "$CX" server "$UADDR" 18516 usiw0 >"$WORK/us.log" 2>&1 &
     local us=$!
-    if ! wait_listen 18515 18516; then
+    if ! wait_listen "" 20 18515 18516; then
         kill $ks $us 2>/dev/null
         wait $ks $us 2>/dev/null
         bad "cm_coexist client: the peers never listened"
@@ -147,7 +137,7 @@ coexist_server() {
     USIW_DEBUG=1 under_usiw "$CX" server --nonblock "$KADDR" 18517 siw0 "$UADDR" 18518 usiw0 \
         >"$WORK/sx.log" 2>"$WORK/sx.debug" &
     local sx=$!
-    if ! wait_listen 18517 18518; then
+    if ! wait_listen "" 20 18517 18518; then
         kill $sx 2>/dev/null
         wait $sx 2>/dev/null
         bad "cm_coexist server: it never listened"
@@ -213,7 +203,7 @@ stock() {
     local spid=$!
     if [ "$port" = - ]; then
         sleep 2
-    elif ! wait_listen "$port"; then
+    elif ! wait_listen "" 20 "$port"; then
         kill $spid 2>/dev/null
         wait $spid 2>/dev/null
         bad "$name: the server never listened"

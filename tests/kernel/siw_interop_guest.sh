@@ -29,6 +29,7 @@ WORK=$(mktemp -d -t interop.XXXXXX)  # under $TMPDIR: the guest's /tmp is read-o
 CAPTURES=${USIW_GUEST_SHARE:?run this in the guest (scripts/qemu/guest.sh)}/captures
 GUEST_TEST=siw_interop
 . "$(dirname "$0")/guest_lib.sh"
+. "$(dirname "$0")/../../scripts/lib/listen.sh"
 
 setup() {
     load_rdma_modules
@@ -59,16 +60,6 @@ on_siw() { timeout 180 "$@"; }
 on_usiw() {
     USIW_CONFIG_DIR=$WORK/conf USIW_SYSTEM_CONFIG_DIR=$WORK/conf \
         ip netns exec "$NS" timeout 180 "$USIW" run "$@"
-}
-
-wait_listen() {  # NETNS PORT
-    local prefix=()
-    [ -n "$1" ] && prefix=(ip netns exec "$1")
-    for _ in $(seq 150); do
-        "${prefix[@]}" ss -Hltn "sport = :$2" 2>/dev/null | grep -q . && return 0
-        sleep 0.2
-    done
-    return 1
 }
 
 # Captures va during one check, TCP only (no ARP or IPv6 noise), with a
@@ -115,7 +106,7 @@ pair() {
         capture_start "$tag" "$wire"
         $server "${sargs[@]}" >"$WORK/$tag.server" 2>&1 &
         local spid=$!
-        if ! wait_listen "$snet" "$port"; then
+        if ! wait_listen "$snet" 30 "$port"; then
             kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null; capture_stop
             bad "$name: the server never listened"; show server "$WORK/$tag.server"
             return
@@ -196,7 +187,7 @@ c.recv(100)
 c.sendall(b"not an MPA reply " * 200)
 ' &
 control_pid=$!
-wait_listen "$NS" 7176
+wait_listen "$NS" 30 7176
 timeout 30 python3 -c '
 import socket
 c = socket.create_connection(("'"$USIW_ADDR"'", 7176))
