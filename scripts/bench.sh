@@ -37,7 +37,6 @@
 # Output: build/bench/results.csv, build/bench/results.png, and the output
 # of every program run (with its CPU time) in build/bench/logs/;
 # with --guest, build/bench/guest.csv (each boot's log: build/bench/guest/).
-
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 . "$top/scripts/lib/listen.sh"
@@ -81,7 +80,6 @@ for need in iperf3:iperf3 sockperf:sockperf /usr/bin/time:time gnuplot:gnuplot-n
 done
 "$top/scripts/build.sh" "$top/build"
 
-# --zerocopy: usiw's transmit with and without zero copy over virtio-net.
 # guest_runs NAME SCRIPT CSV [VAR=VALUE...]: boots the qemu guest $runs
 # times (one boot per run; with the variables in guest.sh's environment),
 # each running SCRIPT BUILD_DIR SCALE with its results shared in
@@ -110,6 +108,7 @@ guest_runs() {
     echo "each figure is the median of $runs run(s), one boot each"
 }
 
+# --zerocopy: usiw's transmit with and without zero copy over virtio-net.
 if [ $guest -eq 2 ]; then
     guest_runs zerocopy "$top/scripts/qemu/zerocopy_guest.sh" zerocopy.csv USIW_QEMU_NICS=2
     /usr/bin/python3 - "$top/build/bench/zerocopy.csv" "${csvs[@]}" <<'PY'

@@ -23,7 +23,6 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
-
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -40,6 +39,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -156,8 +156,33 @@ struct Registry {
 };
 Registry g;
 
+// Every thread of this process on one CPU, or back where they were.
+void set_affinity_of_all_threads(const cpu_set_t& set) {
+    DIR* d = opendir("/proc/self/task");
+    if (!d)
+        return;
+    while (dirent* e = readdir(d))
+        if (e->d_name[0] != '.')
+            sched_setaffinity(static_cast<pid_t>(std::atoi(e->d_name)), sizeof set, &set);
+    closedir(d);
+}
+
+// The CPUs the threads had before OneCpu (below) pinned them, while it is
+// in force. The teardown restores them too: a failed check leaves the test
+// without running OneCpu's destructor, and later tests must not stay on
+// one CPU.
+std::optional<cpu_set_t> g_cpus_before_pinning;
+
+void unpin_threads() {
+    if (g_cpus_before_pinning) {
+        set_affinity_of_all_threads(*g_cpus_before_pinning);
+        g_cpus_before_pinning.reset();
+    }
+}
+
 int teardown(void**) {
     g.clear();
+    unpin_threads();
     return 0;
 }
 
@@ -2739,29 +2764,21 @@ void test_raw_tagged_messages_do_not_interleave(void**) {
 class OneCpu {
   public:
     OneCpu() {
-        sched_getaffinity(0, sizeof saved_, &saved_);
+        cpu_set_t before;
+        sched_getaffinity(0, sizeof before, &before);
         cpu_set_t one;
         CPU_ZERO(&one);
         for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
-            if (CPU_ISSET(cpu, &saved_)) {
+            if (CPU_ISSET(cpu, &before)) {
                 CPU_SET(cpu, &one);
                 break;
             }
-        apply(one);
+        g_cpus_before_pinning = before;
+        set_affinity_of_all_threads(one);
     }
-    ~OneCpu() { apply(saved_); }
-
-  private:
-    static void apply(const cpu_set_t& set) {
-        DIR* d = opendir("/proc/self/task");
-        if (!d)
-            return;
-        while (dirent* e = readdir(d))
-            if (e->d_name[0] != '.')
-                sched_setaffinity(static_cast<pid_t>(std::atoi(e->d_name)), sizeof set, &set);
-        closedir(d);
-    }
-    cpu_set_t saved_;
+    ~OneCpu() { unpin_threads(); }
+    OneCpu(const OneCpu&) = delete;
+    OneCpu& operator=(const OneCpu&) = delete;
 };
 
 // The peer reads a Send and closes at once. The Send reached it, so it
@@ -2849,7 +2866,6 @@ int main(void) {
         T(test_raw_peer_closes_with_read_outstanding),
         T(test_raw_peer_closes_after_send),
         T(test_raw_tagged_messages_do_not_interleave),
-
     };
 #undef T
     return cmocka_run_group_tests(tests, nullptr, nullptr);

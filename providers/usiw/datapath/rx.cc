@@ -506,13 +506,11 @@ void receive_locked(Stream* s) {
                     break;  // drained for now (epoll says when there is more)
                 continue;
             }
-
         } else {
             // While payloads are large, stop each read where the next one
             // begins (a small FPDU, or the rest of an untagged header);
             // otherwise the staging read would take whole FPDUs that then
             // have to be copied out of it.
-
             const size_t header_first = s->rx_in_place ? s->deframer.bytes_before_payload() : 0;
             const size_t want = header_first > 0 ? header_first : staging.size();
             n = recv(s->fd, staging.data(), want, MSG_DONTWAIT);

@@ -171,7 +171,6 @@ void stream_fail(Stream* s, StreamEnd why, int error) {
         tx.unlock();  // the observer may queue transmission (a DISCONNECT)
     if (!ended_now)
         return;
-
     log_debug("QP %u: stream ended (%d, %s)", qp->vqp.qp.qp_num, static_cast<int>(why),
               error ? strerror(error) : "no error");
     notify_observer(s, why, error);
