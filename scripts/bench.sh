@@ -17,10 +17,11 @@
 #
 # With --guest it instead boots Debian's 6.1 kernel in qemu
 # (scripts/qemu/guest.sh) and measures usiw, kernel siw and kernel rxe side
-# by side on the same path in each boot (scripts/qemu/bench_guest.sh):
-# perftest -R bandwidth at 64 KiB and 1 MiB and 8-byte latency, with the
-# ratios usiw/siw and usiw/rxe of the medians over --runs boots. Emulation
-# slows all three; only the ratios mean anything.
+# by side on the same path in one boot (scripts/qemu/bench_guest.sh):
+# perftest -R bandwidth at 64 KiB and 1 MiB and 8-byte latency, after a
+# warm-up pass, the kinds taking turns --runs times; with the ratios
+# usiw/siw and usiw/rxe of the medians. Emulation slows all three; only the
+# ratios mean anything.
 #
 # With --zerocopy it boots the guest with two virtio-net NICs instead (a
 # NIC that does not copy: loopback and veth always copy) and measures
@@ -28,7 +29,7 @@
 # (scripts/qemu/zerocopy_guest.sh): how USIW_ZCOPY_MIN was chosen.
 #
 # Usage: scripts/bench.sh [--quick] [--runs N] [loopback|netns|all]
-#        scripts/bench.sh --guest [--quick] [--runs N]     (one boot per run)
+#        scripts/bench.sh --guest [--quick] [--runs N]     (N rounds in one boot)
 #        scripts/bench.sh --zerocopy [--quick] [--runs N]  (one boot per run)
 #   --quick   shorter runs, one of each (a smoke test of the script itself)
 #   --runs N  runs of each measurement, usiw's and raw TCP's alike; the
@@ -64,6 +65,8 @@ while [ $# -gt 0 ]; do
         *) echo "bench.sh: unknown argument '$arg'" >&2; exit 2 ;;
     esac
 done
+[ $quick -eq 1 ] && [ $runs_given -eq 0 ] && runs=1
+
 
 "$top/scripts/install-deps.sh"
 # The raw-TCP references, GNU time and gnuplot: only the benchmark needs
@@ -80,24 +83,23 @@ for need in iperf3:iperf3 sockperf:sockperf /usr/bin/time:time gnuplot:gnuplot-n
 done
 "$top/scripts/build.sh" "$top/build"
 
-# guest_runs NAME SCRIPT CSV [VAR=VALUE...]: boots the qemu guest $runs
-# times (one boot per run; with the variables in guest.sh's environment),
-# each running SCRIPT BUILD_DIR SCALE with its results shared in
-# build/bench/NAME/runN; sets `csvs` to the CSV files they wrote. Exits on
-# a failed boot, with its output.
+# guest_runs NAME SCRIPT CSV BOOTS [VAR=VALUE...]: boots the qemu guest
+# BOOTS times (with the variables in guest.sh's environment), each running
+# SCRIPT BUILD_DIR SCALE ROUNDS (ROUNDS: the --runs inside one boot) with
+# its results shared in build/bench/NAME/runN; sets `csvs` to the CSV
+# files they wrote. Exits on a failed boot, with its output.
 guest_runs() {
-    local name=$1 script=$2 csv=$3 i
-    shift 3
+    local name=$1 script=$2 csv=$3 boots=$4 i
+    shift 4
     local scale=1
     [ $quick -eq 1 ] && scale=0.25
-    [ $quick -eq 1 ] && [ $runs_given -eq 0 ] && runs=1
     rm -rf "$top/build/bench/$name"
     mkdir -p "$top/build/bench/$name"
     csvs=()
-    for i in $(seq "$runs"); do
+    for i in $(seq "$boots"); do
         local share=$top/build/bench/$name/run$i rc=0
         env "$@" "$top/scripts/qemu/guest.sh" run --share "$share" "$script" "$top/build" \
-            "$scale" >"$share.log" 2>&1 || rc=$?
+            "$scale" "$runs" >"$share.log" 2>&1 || rc=$?
         if [ $rc -ne 0 ] || [ ! -s "$share/$csv" ]; then
             echo "bench.sh: the $name benchmark failed (exit $rc); its output:" >&2
             tail -n 30 "$share.log" >&2
@@ -105,12 +107,13 @@ guest_runs() {
         fi
         csvs+=("$share/$csv")
     done
-    echo "each figure is the median of $runs run(s), one boot each"
 }
 
 # --zerocopy: usiw's transmit with and without zero copy over virtio-net.
 if [ $guest -eq 2 ]; then
-    guest_runs zerocopy "$top/scripts/qemu/zerocopy_guest.sh" zerocopy.csv USIW_QEMU_NICS=2
+    guest_runs zerocopy "$top/scripts/qemu/zerocopy_guest.sh" zerocopy.csv "$runs" \
+        USIW_QEMU_NICS=2
+    echo "each figure is the median of $runs run(s), one boot each"
     /usr/bin/python3 - "$top/build/bench/zerocopy.csv" "${csvs[@]}" <<'PY'
 import csv, statistics, sys
 runs = {}
@@ -147,9 +150,10 @@ PY
     exit 0
 fi
 
-# --guest: usiw against kernel siw and rxe, side by side in each boot.
+# --guest: usiw against kernel siw and rxe, side by side in one boot.
 if [ $guest -eq 1 ]; then
-    guest_runs guest "$top/scripts/qemu/bench_guest.sh" guest-bench.csv
+    guest_runs guest "$top/scripts/qemu/bench_guest.sh" guest-bench.csv 1
+    echo "each figure is the median of $runs run(s) in one boot, the kinds taking turns"
     /usr/bin/python3 - "$top/build/bench/guest.csv" "${csvs[@]}" <<'PY'
 import csv, statistics, sys
 runs = {}
@@ -190,7 +194,6 @@ logs=$out/logs
 rm -rf "$logs"
 mkdir -p "$logs"
 seconds=$([ $quick -eq 1 ] && echo 2 || echo 5)
-[ $quick -eq 1 ] && [ $runs_given -eq 0 ] && runs=1
 connections=$([ $quick -eq 1 ] && echo 200 || echo 2000)
 work=$(mktemp -d)
 NS_A=usiw-ba-$$
