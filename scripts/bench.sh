@@ -2,7 +2,10 @@
 # Benchmarks usiw against raw TCP on the same path, in one run:
 #   raw TCP:  iperf3 throughput and its CPU seconds per GiB, sockperf TCP
 #             ping-pong latency and 64-byte message rate (sockperf tp),
-#             plain TCP connect/accept rate (usiw_connrate --tcp)
+#             plain TCP connect/accept rate (usiw_connrate --tcp); at
+#             64 KiB and 1 MiB the reference is iperf3 writing that size
+#             (-l), run just before each usiw run (alternating)
+
 #   usiw:     stock perftest -R (ib_{write,send,read}_bw at 64 B, 4 KiB,
 #             64 KiB and 1 MiB, with the message rate at 64 B and the CPU
 #             seconds per GiB at 64 KiB and 1 MiB; ib_{write,send,read}_lat
@@ -154,6 +157,7 @@ fi
 if [ $guest -eq 1 ]; then
     guest_runs guest "$top/scripts/qemu/bench_guest.sh" guest-bench.csv 1
     echo "each figure is the median of $runs run(s) in one boot, the kinds taking turns"
+
     /usr/bin/python3 - "$top/build/bench/guest.csv" "${csvs[@]}" <<'PY'
 import csv, statistics, sys
 runs = {}
@@ -205,7 +209,7 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
-echo "path,test,size_bytes,metric,usiw,raw_tcp,ratio" >"$csv"
+echo "path,test,size_bytes,metric,usiw,raw_tcp,ratio,ratio_to_default_iperf3" >"$csv"
 
 # in_ns NETNS CMD...: runs CMD in the namespace (or here when NETNS is empty).
 in_ns() {
@@ -233,16 +237,19 @@ per_gib() {
         printf "%.3f", cpu * 1073741824 / bytes }'
 }
 
-# Raw TCP throughput (iperf3, one stream): prints Gbit/s and the CPU
-# seconds per GiB of both ends. LOG.* keep what each end said.
-iperf_run() {  # LOG SERVER_NS CLIENT_NS ADDR
+# Raw TCP throughput (iperf3, one stream, writes of LENGTH bytes or
+# iperf3's default 128 KiB): prints Gbit/s and the CPU seconds per GiB of
+# both ends. LOG.* keep what each end said.
+iperf_run() {  # LOG SERVER_NS CLIENT_NS ADDR [LENGTH]
     local log=$1${RUN:+.run$RUN}
     shift
+    local length=()
+    [ -n "${4:-}" ] && length=(-l "$4")
     in_ns "$1" "${cputime[@]}" "$log.cpu-server" iperf3 -s -1 -p 5301 -B "$3" \
         >"$log.server" 2>&1 &
     wait_listen "$1" 10 5301
     in_ns "$2" "${cputime[@]}" "$log.cpu-client" iperf3 -c "$3" -p 5301 -t "$seconds" -J \
-        >"$log.client.json"
+        "${length[@]}" >"$log.client.json"
     wait
     local gbps bytes
     read -r gbps bytes < <(/usr/bin/python3 -c 'import json,sys
@@ -350,10 +357,19 @@ perftest_sound() {
         exit 1 }' <<<"$2"
 }
 
+# median_line FIELD LINE...: the LINE whose blank-separated field FIELD is
+# the median (the upper one of an even count); nothing without lines.
+median_line() {
+    local field=$1
+    shift
+    [ $# -gt 0 ] || return 0
+    printf '%s\n' "$@" | sort -b -g -k"$field,$field" |
+        awk '{ line[NR] = $0 } END { print line[int(NR / 2) + 1] }'
+}
+
 # median_of FIELD CMD...: runs CMD $runs times, with RUN=1..$runs in its
 # environment (the log files get .runN), and prints the output line whose
-# blank-separated field FIELD is the median of the runs that printed one
-# (the upper one of an even count); nothing if none did.
+# field FIELD is the median of the runs that printed one (median_line).
 median_of() {
     local field=$1 i out
     shift
@@ -362,10 +378,9 @@ median_of() {
         out=$(RUN=$i "$@") || true
         [ -n "$out" ] && lines+=("$out")
     done
-    [ ${#lines[@]} -gt 0 ] || return 0
-    printf '%s\n' "${lines[@]}" | sort -b -g -k"$field,$field" |
-        awk '{ line[NR] = $0 } END { print line[int(NR / 2) + 1] }'
+    median_line "$field" "${lines[@]}"
 }
+
 
 # bw_row LOG SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR TEST SIZE: a
 # bandwidth result row (perftest_row) that adds up, or nothing.
@@ -377,14 +392,22 @@ bw_row() {
     fi
 }
 
-row() {  # PATH TEST SIZE METRIC USIW RAW
-    local ratio=""
-    if [ -n "$5" ] && [ -n "$6" ]; then
-        ratio=$(/usr/bin/python3 -c "print('%.2f' % ($5 / $6))" 2>/dev/null || echo "")
-    fi
-    echo "$1,$2,$3,$4,$5,$6,$ratio" >>"$csv"
-    printf '%-9s %-13s %9s  %-9s %12s %12s %7s\n' "$1" "$2" "$3" "$4" "${5:--}" "${6:--}" \
-        "${ratio:--}"
+# quotient A B: A / B to two places, or nothing without both.
+quotient() {
+    [ -n "$1" ] && [ -n "$2" ] && /usr/bin/python3 -c "print('%.2f' % ($1 / $2))" 2>/dev/null || true
+}
+
+# row PATH TEST SIZE METRIC USIW RAW [DEFAULT_RAW]: one line of the table
+# and the CSV. DEFAULT_RAW, for the target sizes' throughput, is the
+# default iperf3's figure (RAW being iperf3 writing the same size); the
+# last column is USIW / DEFAULT_RAW.
+row() {
+    local ratio default_ratio
+    ratio=$(quotient "$5" "$6")
+    default_ratio=$(quotient "$5" "${7:-}")
+    echo "$1,$2,$3,$4,$5,$6,$ratio,$default_ratio" >>"$csv"
+    printf '%-9s %-13s %9s  %-9s %12s %12s %7s %9s\n' "$1" "$2" "$3" "$4" "${5:--}" "${6:--}" \
+        "${ratio:--}" "${default_ratio:--}"
 }
 
 measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
@@ -400,17 +423,40 @@ measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
     row "$path" iperf3 - cpu_s/GiB "$tcp_cpu" "$tcp_cpu"
     row "$path" sockperf 14 usec "$lat8" "$lat8"
     row "$path" sockperf-tp 64 Mmsg/s "$mmsgs" "$mmsgs"
-    local test size gbps
+    local test size gbps ref_gbps ref_cpu i out
     for test in ib_write_bw ib_send_bw ib_read_bw; do
         for size in 64 4096 65536 1048576; do
-            # the run with the median average bandwidth
-            r=$(median_of 4 bw_row "$logs/$path-$test-$size" "$sconf" "$snet" "$cconf" "$cnet" \
-                "$addr" "$test" "$size")
+            ref_gbps=$tcp_gbps ref_cpu=$tcp_cpu
+            if [ "$size" -ge 65536 ]; then
+                # The target sizes: each usiw run right after an iperf3 run
+                # writing the same size, so that both see the machine in
+                # the same state (its TCP copy has two speeds, 2.5x apart,
+                # and switches between them by the minute; see
+                # Documentation/performance.md).
+                local usiw_runs=() tcp_runs=()
+                for i in $(seq "$runs"); do
+                    out=$(RUN=$i iperf_run "$logs/$path-$test-$size-iperf3" "$snet" "$cnet" \
+                        "$addr" "$size") || true
+                    [ -n "$out" ] && tcp_runs+=("$out")
+                    out=$(RUN=$i bw_row "$logs/$path-$test-$size" "$sconf" "$snet" "$cconf" \
+                        "$cnet" "$addr" "$test" "$size") || true
+                    [ -n "$out" ] && usiw_runs+=("$out")
+                done
+                r=$(median_line 4 "${usiw_runs[@]}")
+                read -r ref_gbps ref_cpu <<<"$(median_line 1 "${tcp_runs[@]}")"
+            else
+                r=$(median_of 4 bw_row "$logs/$path-$test-$size" "$sconf" "$snet" "$cconf" \
+                    "$cnet" "$addr" "$test" "$size")
+            fi
             # columns: bytes iterations peak average(MB/s) msgrate(Mpps)
             # cpu_seconds; perftest's MB is 2^20 bytes (MiB), iperf3's Gbit
             # is 10^9 bits.
             gbps=$(awk '{printf "%.2f", $4 * 1048576 * 8 / 1e9}' <<<"$r")
-            row "$path" "$test" "$size" Gbit/s "$gbps" "$tcp_gbps"
+            if [ "$size" -ge 65536 ]; then
+                row "$path" "$test" "$size" Gbit/s "$gbps" "$ref_gbps" "$tcp_gbps"
+            else
+                row "$path" "$test" "$size" Gbit/s "$gbps" "$ref_gbps"
+            fi
             if [ "$size" = 64 ]; then
                 row "$path" "$test" "$size" Mmsg/s "$(awk '{print $5}' <<<"$r")" "$mmsgs"
             fi
@@ -419,9 +465,9 @@ measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
                 # iterations x size, counted in the window, scaled to it
                 row "$path" "$test" "$size" cpu_s/GiB "$(per_gib "$(awk '{ print $6 }' <<<"$r")" \
                     "$(awk -v d="$seconds" -v w="$window" '{ printf "%.0f", $1 * $2 * d / w }' \
-                    <<<"$r")")" "$tcp_cpu"
-
+                    <<<"$r")")" "$ref_cpu"
             fi
+
         done
     done
     for test in ib_write_lat ib_send_lat ib_read_lat; do
@@ -448,7 +494,11 @@ measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
 }
 
 echo "each figure is the median of $runs run(s)"
-printf '%-9s %-13s %9s  %-9s %12s %12s %7s\n' path test bytes metric usiw raw-TCP ratio
+printf '%-9s %-13s %9s  %-9s %12s %12s %7s %9s\n' path test bytes metric usiw raw-TCP ratio \
+    vs-iperf3
+echo "(raw-TCP at 64 KiB and 1 MiB: iperf3 writing that size, alternating with usiw;" \
+    "vs-iperf3: usiw over the default iperf3 row)"
+
 mkdir -p "$work/lo"
 if [ "$where" != netns ]; then
     measure loopback "$work/lo" "" "$work/lo" "" 127.0.0.1
