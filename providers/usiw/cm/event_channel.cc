@@ -31,9 +31,16 @@ EventChannel* channel_create() {
 }
 
 void channel_destroy(EventChannel* c) {
-    close(c->channel.fd);
+    std::unique_lock lock(c->queue_mutex);
     for (CmEvent* e : c->queue)
         delete e;
+    c->queue.clear();
+    if (c->readers > 0) {
+        c->destroyed = true;  // the last reader closes and frees (Reader)
+        return;
+    }
+    lock.unlock();
+    close(c->channel.fd);
     delete c;
 }
 
@@ -48,17 +55,50 @@ void channel_push(EventChannel* c, CmEvent* event) {
                   strerror(errno));
 }
 
+namespace {
+
+// A thread inside channel_get. While there is one, the channel's fd stays
+// open and the channel allocated; the last one out of a destroyed channel
+// closes and frees it (see the header).
+class Reader {
+  public:
+    explicit Reader(EventChannel* c) : c_(c) {
+        std::lock_guard lock(c_->queue_mutex);
+        ++c_->readers;
+    }
+    ~Reader() {
+        std::unique_lock lock(c_->queue_mutex);
+        if (--c_->readers > 0 || !c_->destroyed)
+            return;
+        lock.unlock();
+        close(c_->channel.fd);
+        delete c_;
+    }
+    Reader(const Reader&) = delete;
+    Reader& operator=(const Reader&) = delete;
+
+  private:
+    EventChannel* c_;
+};
+
+}  // namespace
+
 int channel_get(EventChannel* c, CmEvent** out) {
+    const Reader reader(c);
     for (;;) {
         uint64_t count;
         if (read(c->channel.fd, &count, sizeof count) != sizeof count)
             return errno == EWOULDBLOCK ? EAGAIN : errno;
         std::lock_guard lock(c->queue_mutex);
         if (c->queue.empty()) {
-            // Cannot happen: every count was pushed after its event.
-            log_error("rdma_cm: event channel fd %d: signalled with nothing queued", c->channel.fd);
+            // Only a destroyed channel's: it dropped the events that its
+            // counts announced. Wait on, as on the kernel's channel.
+            if (!c->destroyed)
+                log_error("rdma_cm: event channel fd %d: signalled with nothing queued",
+                          c->channel.fd);
             continue;
         }
+
         CmEvent* e = c->queue.front();
         c->queue.pop_front();
         if (!e)

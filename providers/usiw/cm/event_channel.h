@@ -10,6 +10,18 @@
 // application took it is withdrawn: its slot becomes empty and the count
 // that announced it is consumed by the next reader, which skips the slot.
 //
+// A channel destroyed while a thread waits in rdma_get_cm_event behaves as
+// the kernel's does: the waiting thread stays blocked (closing an fd does
+// not wake a read on it), it does not fail. A waiter can also have been
+// woken by the count of an event withdrawn just before the channel was
+// destroyed, and must then wait again; so while a reader is inside, the
+// fd stays open and the channel stays allocated, and the last reader to
+// leave (a cancelled thread, say) closes and frees them. librdmacm's rping
+// destroys its channel with its event thread still in rdma_get_cm_event;
+// before this, that thread could wake for a withdrawn DISCONNECTED event,
+// read the closed fd and exit the process with "Bad file descriptor".
+
+//
 // Accounting, as librdmacm does it: every event counts against one id (its
 // owner: the listener for CONNECT_REQUEST, else the event's id) when the
 // application takes it, and again when it acks it; rdma_destroy_id and
@@ -41,8 +53,10 @@ struct CmEvent {
 struct EventChannel {
     rdma_event_channel channel{};  // first: what the application holds
 
-    std::mutex queue_mutex;      // protects `queue`
+    std::mutex queue_mutex;      // protects `queue`, `readers`, `destroyed`
     std::deque<CmEvent*> queue;  // nullptr: an event withdrawn before it was taken
+    int readers = 0;             // threads inside channel_get
+    bool destroyed = false;      // channel_destroy ran while readers were inside
 
     // The real librdmacm's channel of this channel's kernel-backed ids
     // (kernel.h), made with the first of them; the CM engine takes its
@@ -60,7 +74,8 @@ inline CmEvent* to_event(rdma_cm_event* e) {
 
 // nullptr with errno on failure.
 EventChannel* channel_create();
-// Frees the channel and whatever it still queues.
+// Frees the channel and whatever it still queues; with a reader inside
+// channel_get, only drops the queue and leaves the rest to that reader.
 void channel_destroy(EventChannel* channel);
 
 // Queues `event` (its owner set) and makes the fd readable.
