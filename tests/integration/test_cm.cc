@@ -17,6 +17,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
 #include <sys/socket.h>
@@ -544,6 +545,40 @@ void test_nonblocking_channel(void**) {
     rdma_destroy_event_channel(ch);
 }
 
+// An event thread waiting in rdma_get_cm_event when the channel is
+// destroyed: as on the kernel's channel it stays waiting (no error), and
+// the application can still cancel it (the call is a cancellation point,
+// as librdmacm's read() is) without the process aborting.
+struct EventWaiter {
+    rdma_event_channel* channel = nullptr;
+    std::atomic<bool> returned{false};
+};
+
+void* wait_for_event(void* arg) {
+    auto* w = static_cast<EventWaiter*>(arg);
+    rdma_cm_event* e = nullptr;
+    rdma_get_cm_event(w->channel, &e);
+    w->returned.store(true);
+    return nullptr;
+}
+
+void test_channel_destroyed_under_waiter(void**) {
+    EventWaiter waiter;
+    waiter.channel = rdma_create_event_channel();
+    assert_non_null(waiter.channel);
+    pthread_t thread;
+    assert_int_equal(pthread_create(&thread, nullptr, wait_for_event, &waiter), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    rdma_destroy_event_channel(waiter.channel);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    assert_false(waiter.returned.load());
+    assert_int_equal(pthread_cancel(thread), 0);
+    void* result = nullptr;
+    assert_int_equal(pthread_join(thread, &result), 0);
+    assert_ptr_equal(result, PTHREAD_CANCELED);
+    assert_false(waiter.returned.load());
+}
+
 void test_destroy_id_with_unacked_events(void**) {
     rdma_event_channel* ch = rdma_create_event_channel();
     auto dst = address("127.0.0.1", 7471);
@@ -984,6 +1019,8 @@ int main(int argc, char** argv) {
         cmocka_unit_test(test_sync_endpoints),
         cmocka_unit_test(test_sync_connect_refused),
         cmocka_unit_test(test_nonblocking_channel),
+        cmocka_unit_test(test_channel_destroyed_under_waiter),
+
         cmocka_unit_test(test_destroy_id_with_unacked_events),
         cmocka_unit_test(test_destroy_listener_with_pending_request),
         cmocka_unit_test(test_migrate_id),

@@ -24,7 +24,10 @@
 // straight through.
 //
 // No C++ exception leaves this file: each entry point turns one into
-// ENOMEM (or EIO) in librdmacm's -1/errno convention.
+// ENOMEM (or EIO) in librdmacm's -1/errno convention. Only a thread's
+// cancellation (a forced unwind, not an error) passes through.
+
+#include <cxxabi.h>
 #include <dlfcn.h>
 
 #include <cerrno>
@@ -51,8 +54,11 @@ int missing() {
 // Runs an errno-returning CM call in librdmacm's convention.
 // A call that succeeds leaves errno as it found it (the CM's own system
 // calls, a non-blocking connect() for one, are no business of the caller).
+// Not noexcept, and a thread's cancellation passes through: a thread
+// cancelled while it waits in rdma_get_cm_event (a cancellation point in
+// librdmacm, as read() is) must unwind, not abort the process.
 template <typename Call>
-int guarded(Call&& call) noexcept {
+int guarded(Call&& call) {
     const int saved_errno = errno;
     try {
         if (const int err = call()) {
@@ -61,6 +67,8 @@ int guarded(Call&& call) noexcept {
         }
         errno = saved_errno;
         return 0;
+    } catch (const abi::__forced_unwind&) {
+        throw;
     } catch (const std::bad_alloc&) {
         errno = ENOMEM;
     } catch (...) {
@@ -70,9 +78,11 @@ int guarded(Call&& call) noexcept {
 }
 
 template <typename Call>
-void guarded_void(Call&& call) noexcept {
+void guarded_void(Call&& call) {
     try {
         call();
+    } catch (const abi::__forced_unwind&) {
+        throw;
     } catch (...) {
     }
 }
@@ -80,7 +90,7 @@ void guarded_void(Call&& call) noexcept {
 // guarded(), for a call on an existing id: one that is not (never created,
 // or destroyed already) fails with EINVAL and is not touched.
 template <typename Call>
-int guarded_id(const rdma_cm_id* id, Call&& call) noexcept {
+int guarded_id(const rdma_cm_id* id, Call&& call) {
     if (!usiw::cm::live_id(id)) {
         errno = EINVAL;
         return -1;
@@ -89,7 +99,7 @@ int guarded_id(const rdma_cm_id* id, Call&& call) noexcept {
 }
 
 template <typename Call>
-void guarded_void_id(const rdma_cm_id* id, Call&& call) noexcept {
+void guarded_void_id(const rdma_cm_id* id, Call&& call) {
     if (usiw::cm::live_id(id))
         guarded_void(std::forward<Call>(call));
 }
