@@ -54,7 +54,9 @@ side() {
     shift 2
     local prefix=()
     [ -n "$netns" ] && prefix=(ip netns exec "$netns")
-    USIW_CONFIG_DIR=$config USIW_SYSTEM_CONFIG_DIR=$config \
+    # USIW_DEBUG: the CM's states and events go to the log, so that a rare
+    # failure (a hang shows only as exit 124) says how far each end got.
+    USIW_DEBUG=1 USIW_CONFIG_DIR=$config USIW_SYSTEM_CONFIG_DIR=$config \
         "${prefix[@]}" timeout 60 "$USIW" run "$@"
 }
 
@@ -94,8 +96,9 @@ pair() {
         ok "$name"
     else
         bad "$name:$why"
-        sed 's/^/    server: /' "$sout" | tail -n 6
-        sed 's/^/    client: /' "$cout" | tail -n 6
+        sed 's/^/    server: /' "$sout" | tail -n 30
+        sed 's/^/    client: /' "$cout" | tail -n 30
+
     fi
 }
 
