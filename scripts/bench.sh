@@ -5,7 +5,6 @@
 #             plain TCP connect/accept rate (usiw_connrate --tcp); at
 #             64 KiB and 1 MiB the reference is iperf3 writing that size
 #             (-l), run just before each usiw run (alternating)
-
 #   usiw:     stock perftest -R (ib_{write,send,read}_bw at 64 B, 4 KiB,
 #             64 KiB and 1 MiB, with the message rate at 64 B and the CPU
 #             seconds per GiB at 64 KiB and 1 MiB; ib_{write,send,read}_lat
@@ -69,7 +68,6 @@ while [ $# -gt 0 ]; do
     esac
 done
 [ $quick -eq 1 ] && [ $runs_given -eq 0 ] && runs=1
-
 
 "$top/scripts/install-deps.sh"
 # The raw-TCP references, GNU time and gnuplot: only the benchmark needs
@@ -157,7 +155,6 @@ fi
 if [ $guest -eq 1 ]; then
     guest_runs guest "$top/scripts/qemu/bench_guest.sh" guest-bench.csv 1
     echo "each figure is the median of $runs run(s) in one boot, the kinds taking turns"
-
     /usr/bin/python3 - "$top/build/bench/guest.csv" "${csvs[@]}" <<'PY'
 import csv, statistics, sys
 runs = {}
@@ -264,9 +261,21 @@ print("%.2f %d" % (end["bits_per_second"] / 1e9, end["bytes"]))' "$log.client.js
 sockperf_pair() {
     local snet=$1 cnet=$2 addr=$3 port=$4
     shift 4
-    in_ns "$snet" sockperf sr --tcp -i "$addr" -p "$port" >/dev/null 2>&1 &
+    # Started directly, not through in_ns: the background job of a shell
+    # function is a subshell, and killing it left sockperf running (each
+    # earlier run of this script left its servers behind, and the next
+    # run's clients were served by them).
+    if [ -n "$snet" ]; then
+        ip netns exec "$snet" sockperf sr --tcp -i "$addr" -p "$port" >/dev/null 2>&1 &
+    else
+        sockperf sr --tcp -i "$addr" -p "$port" >/dev/null 2>&1 &
+    fi
     local spid=$!
     wait_listen "$snet" 10 "$port"
+    if ! kill -0 "$spid" 2>/dev/null; then
+        echo "bench.sh: the sockperf server for port $port exited (is the port in use?)" >&2
+        return 0
+    fi
     in_ns "$cnet" sockperf "$@" --tcp -i "$addr" -p "$port" -t "$seconds" 2>&1 || true
     kill "$spid" 2>/dev/null || true
     wait "$spid" 2>/dev/null || true

@@ -42,7 +42,6 @@ BUILD=${1:?usage: bench_guest.sh BUILD_DIR [SCALE [ROUNDS [KINDS]]]}
 SCALE=${2:-1}
 ROUNDS=${3:-3}
 KINDS=${4:-usiw siw rxe}
-
 USIW=$BUILD/bin/usiw
 CSV=${USIW_GUEST_SHARE:?run this in the guest (scripts/qemu/guest.sh)}/guest-bench.csv
 LOGS=$USIW_GUEST_SHARE/logs
@@ -116,7 +115,6 @@ perftest() {
     wait "$spid"
     local log
     log=$LOGS/$kind-$test$(printf '_%s' "$@").${round:-warmup}
-
     cp "$WORK/server" "$log.server"
     cp "$WORK/client" "$log.client"
     local reporter=$WORK/client
@@ -179,4 +177,3 @@ for test in ib_write_lat ib_send_lat ib_read_lat; do
         done
     done
 done
-
