@@ -1020,7 +1020,6 @@ int main(int argc, char** argv) {
         cmocka_unit_test(test_sync_connect_refused),
         cmocka_unit_test(test_nonblocking_channel),
         cmocka_unit_test(test_channel_destroyed_under_waiter),
-
         cmocka_unit_test(test_destroy_id_with_unacked_events),
         cmocka_unit_test(test_destroy_listener_with_pending_request),
         cmocka_unit_test(test_migrate_id),

@@ -98,7 +98,6 @@ int channel_get(EventChannel* c, CmEvent** out) {
                           c->channel.fd);
             continue;
         }
-
         CmEvent* e = c->queue.front();
         c->queue.pop_front();
         if (!e)

@@ -20,7 +20,6 @@
 // destroys its channel with its event thread still in rdma_get_cm_event;
 // before this, that thread could wake for a withdrawn DISCONNECTED event,
 // read the closed fd and exit the process with "Bad file descriptor".
-
 //
 // Accounting, as librdmacm does it: every event counts against one id (its
 // owner: the listener for CONNECT_REQUEST, else the event's id) when the

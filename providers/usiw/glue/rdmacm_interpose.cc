@@ -26,7 +26,6 @@
 // No C++ exception leaves this file: each entry point turns one into
 // ENOMEM (or EIO) in librdmacm's -1/errno convention. Only a thread's
 // cancellation (a forced unwind, not an error) passes through.
-
 #include <cxxabi.h>
 #include <dlfcn.h>
 
