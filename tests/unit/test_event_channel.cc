@@ -8,6 +8,8 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -34,6 +36,8 @@ using namespace usiw::cm;
 
 struct ReaderThread {
     EventChannel* channel = nullptr;
+    int cpu = -1;  // >= 0: runs there, and only when that CPU is otherwise idle
+    int pin_error = 0;
     std::atomic<bool> returned{false};
     int result = 0;
     pthread_t thread{};
@@ -41,6 +45,17 @@ struct ReaderThread {
 
 void* read_one_event(void* arg) {
     auto* r = static_cast<ReaderThread*>(arg);
+    if (r->cpu >= 0) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(r->cpu, &one);
+        sched_param idle{};
+        if (sched_setaffinity(0, sizeof one, &one) != 0 ||
+            sched_setscheduler(0, SCHED_IDLE, &idle) != 0) {
+            r->pin_error = errno;  // cmocka's checks belong to the main thread
+            return nullptr;
+        }
+    }
     CmEvent* event = nullptr;
     r->result = channel_get(r->channel, &event);
     r->returned.store(true);
@@ -52,24 +67,53 @@ bool fd_readable(int fd) {
     return poll(&p, 1, 0) == 1 && (p.revents & POLLIN);
 }
 
-// Ends a reader that is (rightly) blocked for good: read() is a
-// cancellation point, and the reader, the channel's last, frees it as the
-// cancellation unwinds (LeakSanitizer would report it otherwise).
-void cancel_reader(ReaderThread* r) {
+// A new channel with a thread in channel_get on it, given the time to
+// block in read().
+EventChannel* start_reader(ReaderThread* r) {
+    EventChannel* c = channel_create();
+    assert_non_null(c);
+    r->channel = c;
+    assert_int_equal(pthread_create(&r->thread, nullptr, read_one_event, r), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return c;
+}
+
+// The reader must still wait after its channel was destroyed. Then it is
+// ended: read() is a cancellation point, and the reader, the channel's
+// last, frees it as the cancellation unwinds (LeakSanitizer would report
+// it otherwise).
+void expect_waiting_then_cancel(ReaderThread* r) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (r->returned.load())
+        fail_msg("rdma_get_cm_event returned %d (%s) on a channel destroyed while it waited",
+                 r->result, strerror(r->result));
     assert_int_equal(pthread_cancel(r->thread), 0);
-    assert_int_equal(pthread_join(r->thread, nullptr), 0);
+    timespec deadline{};
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 10;
+    // A reader stuck elsewhere (on a freed channel's lock, say) would not
+    // see the cancellation.
+    if (pthread_timedjoin_np(r->thread, nullptr, &deadline) != 0)
+        fail_msg("the reader did not end within 10 s of its cancellation");
 }
 
 // A reader takes the count of an event, the event is withdrawn (its id
 // destroyed) before the reader gets to the queue, and the channel is
 // destroyed: the reader must wait on, not fail.
 void test_destroy_after_reader_woke_for_withdrawn_event(void**) {
-    EventChannel* c = channel_create();
-    assert_non_null(c);
+    // This thread and the reader on one CPU, the reader at SCHED_IDLE: it
+    // runs only while this thread sleeps, so it cannot get back to read()
+    // between the unlock below and the destroy.
+    cpu_set_t before;
+    assert_int_equal(sched_getaffinity(0, sizeof before, &before), 0);
     ReaderThread reader;
-    reader.channel = c;
-    assert_int_equal(pthread_create(&reader.thread, nullptr, read_one_event, &reader), 0);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // waiting in read()
+    reader.cpu = sched_getcpu();
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(reader.cpu, &one);
+    assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
+    EventChannel* c = start_reader(&reader);
+    assert_int_equal(reader.pin_error, 0);
     auto* event = new CmEvent;
     {
         // What channel_push does, with the queue lock kept so that the
@@ -77,8 +121,8 @@ void test_destroy_after_reader_woke_for_withdrawn_event(void**) {
         // race needs.
         std::unique_lock queue_lock(c->queue_mutex);
         c->queue.push_back(event);
-        const uint64_t one = 1;
-        assert_int_equal(write(c->channel.fd, &one, sizeof one), sizeof one);
+        const uint64_t count = 1;
+        assert_int_equal(write(c->channel.fd, &count, sizeof count), sizeof count);
         const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
         while (fd_readable(c->channel.fd) && std::chrono::steady_clock::now() < deadline)
             std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -88,28 +132,17 @@ void test_destroy_after_reader_woke_for_withdrawn_event(void**) {
         delete event;
     }
     channel_destroy(c);
-
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    if (reader.returned.load())
-        fail_msg("rdma_get_cm_event returned %d (%s) on a channel destroyed while it waited",
-                 reader.result, strerror(reader.result));
-    cancel_reader(&reader);
+    const int restored = sched_setaffinity(0, sizeof before, &before);
+    expect_waiting_then_cancel(&reader);
+    assert_int_equal(restored, 0);
 }
 
 // The plain case: a reader waiting on an empty channel when it is destroyed
 // stays waiting.
 void test_destroy_while_reader_waits(void**) {
-    EventChannel* c = channel_create();
-    assert_non_null(c);
     ReaderThread reader;
-    reader.channel = c;
-    assert_int_equal(pthread_create(&reader.thread, nullptr, read_one_event, &reader), 0);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // waiting in read()
-    channel_destroy(c);
-
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    assert_false(reader.returned.load());
-    cancel_reader(&reader);
+    channel_destroy(start_reader(&reader));
+    expect_waiting_then_cancel(&reader);
 }
 
 // With no reader inside, destroy frees the channel and what it queues at
