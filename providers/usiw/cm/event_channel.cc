@@ -30,6 +30,16 @@ EventChannel* channel_create() {
     return c;
 }
 
+namespace {
+
+// The end of a channel: its fd and itself.
+void free_channel(EventChannel* c) {
+    close(c->channel.fd);
+    delete c;
+}
+
+}  // namespace
+
 void channel_destroy(EventChannel* c) {
     std::unique_lock lock(c->queue_mutex);
     for (CmEvent* e : c->queue)
@@ -40,8 +50,7 @@ void channel_destroy(EventChannel* c) {
         return;
     }
     lock.unlock();
-    close(c->channel.fd);
-    delete c;
+    free_channel(c);
 }
 
 void channel_push(EventChannel* c, CmEvent* event) {
@@ -71,8 +80,7 @@ class Reader {
         if (--c_->readers > 0 || !c_->destroyed)
             return;
         lock.unlock();
-        close(c_->channel.fd);
-        delete c_;
+        free_channel(c_);
     }
     Reader(const Reader&) = delete;
     Reader& operator=(const Reader&) = delete;
