@@ -36,8 +36,8 @@ using namespace usiw::cm;
 
 struct ReaderThread {
     EventChannel* channel = nullptr;
-    int cpu = -1;  // >= 0: runs there, and only when that CPU is otherwise idle
-    int pin_error = 0;
+    bool idle = false;   // at SCHED_IDLE: runs only when its CPUs are otherwise idle
+    int idle_error = 0;  // errno when it could not go idle
     std::atomic<bool> returned{false};
     int result = 0;
     pthread_t thread{};
@@ -45,16 +45,10 @@ struct ReaderThread {
 
 void* read_one_event(void* arg) {
     auto* r = static_cast<ReaderThread*>(arg);
-    if (r->cpu >= 0) {
-        cpu_set_t one;
-        CPU_ZERO(&one);
-        CPU_SET(r->cpu, &one);
-        sched_param idle{};
-        if (sched_setaffinity(0, sizeof one, &one) != 0 ||
-            sched_setscheduler(0, SCHED_IDLE, &idle) != 0) {
-            r->pin_error = errno;  // cmocka's checks belong to the main thread
-            return nullptr;
-        }
+    sched_param no_priority{};
+    if (r->idle && sched_setscheduler(0, SCHED_IDLE, &no_priority) != 0) {
+        r->idle_error = errno;  // cmocka's checks belong to the main thread
+        return nullptr;
     }
     CmEvent* event = nullptr;
     r->result = channel_get(r->channel, &event);
@@ -101,19 +95,20 @@ void expect_waiting_then_cancel(ReaderThread* r) {
 // destroyed) before the reader gets to the queue, and the channel is
 // destroyed: the reader must wait on, not fail.
 void test_destroy_after_reader_woke_for_withdrawn_event(void**) {
-    // This thread and the reader on one CPU, the reader at SCHED_IDLE: it
-    // runs only while this thread sleeps, so it cannot get back to read()
-    // between the unlock below and the destroy.
+    // This thread and the reader on one CPU (a new thread inherits the
+    // CPUs of the one that made it), the reader at SCHED_IDLE: it runs only
+    // while this thread sleeps, so it cannot get back to read() between
+    // the unlock below and the destroy.
     cpu_set_t before;
     assert_int_equal(sched_getaffinity(0, sizeof before, &before), 0);
-    ReaderThread reader;
-    reader.cpu = sched_getcpu();
     cpu_set_t one;
     CPU_ZERO(&one);
-    CPU_SET(reader.cpu, &one);
+    CPU_SET(sched_getcpu(), &one);
     assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
+    ReaderThread reader;
+    reader.idle = true;
     EventChannel* c = start_reader(&reader);
-    assert_int_equal(reader.pin_error, 0);
+    assert_int_equal(reader.idle_error, 0);
     auto* event = new CmEvent;
     {
         // What channel_push does, with the queue lock kept so that the
