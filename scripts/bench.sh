@@ -390,7 +390,6 @@ median_of() {
     median_line "$field" "${lines[@]}"
 }
 
-
 # bw_row LOG SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR TEST SIZE: a
 # bandwidth result row (perftest_row) that adds up, or nothing.
 bw_row() {
@@ -432,10 +431,10 @@ measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
     row "$path" iperf3 - cpu_s/GiB "$tcp_cpu" "$tcp_cpu"
     row "$path" sockperf 14 usec "$lat8" "$lat8"
     row "$path" sockperf-tp 64 Mmsg/s "$mmsgs" "$mmsgs"
-    local test size gbps ref_gbps ref_cpu i out
+    local test size gbps ref_gbps ref_cpu default_gbps i out
     for test in ib_write_bw ib_send_bw ib_read_bw; do
         for size in 64 4096 65536 1048576; do
-            ref_gbps=$tcp_gbps ref_cpu=$tcp_cpu
+            ref_gbps=$tcp_gbps ref_cpu=$tcp_cpu default_gbps=""
             if [ "$size" -ge 65536 ]; then
                 # The target sizes: each usiw run right after an iperf3 run
                 # writing the same size, so that both see the machine in
@@ -453,6 +452,7 @@ measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
                 done
                 r=$(median_line 4 "${usiw_runs[@]}")
                 read -r ref_gbps ref_cpu <<<"$(median_line 1 "${tcp_runs[@]}")"
+                default_gbps=$tcp_gbps  # for the last column
             else
                 r=$(median_of 4 bw_row "$logs/$path-$test-$size" "$sconf" "$snet" "$cconf" \
                     "$cnet" "$addr" "$test" "$size")
@@ -461,11 +461,7 @@ measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
             # cpu_seconds; perftest's MB is 2^20 bytes (MiB), iperf3's Gbit
             # is 10^9 bits.
             gbps=$(awk '{printf "%.2f", $4 * 1048576 * 8 / 1e9}' <<<"$r")
-            if [ "$size" -ge 65536 ]; then
-                row "$path" "$test" "$size" Gbit/s "$gbps" "$ref_gbps" "$tcp_gbps"
-            else
-                row "$path" "$test" "$size" Gbit/s "$gbps" "$ref_gbps"
-            fi
+            row "$path" "$test" "$size" Gbit/s "$gbps" "$ref_gbps" "$default_gbps"
             if [ "$size" = 64 ]; then
                 row "$path" "$test" "$size" Mmsg/s "$(awk '{print $5}' <<<"$r")" "$mmsgs"
             fi
@@ -476,7 +472,6 @@ measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
                     "$(awk -v d="$seconds" -v w="$window" '{ printf "%.0f", $1 * $2 * d / w }' \
                     <<<"$r")")" "$ref_cpu"
             fi
-
         done
     done
     for test in ib_write_lat ib_send_lat ib_read_lat; do
@@ -507,7 +502,6 @@ printf '%-9s %-13s %9s  %-9s %12s %12s %7s %9s\n' path test bytes metric usiw ra
     vs-iperf3
 echo "(raw-TCP at 64 KiB and 1 MiB: iperf3 writing that size, alternating with usiw;" \
     "vs-iperf3: usiw over the default iperf3 row)"
-
 mkdir -p "$work/lo"
 if [ "$where" != netns ]; then
     measure loopback "$work/lo" "" "$work/lo" "" 127.0.0.1
