@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 
@@ -154,13 +155,16 @@ std::array<uint8_t, 16> SockAddr::gid() const {
 
 std::string SockAddr::str() const {
     char host[INET6_ADDRSTRLEN] = "?";
-    if (family() == AF_INET) {
+    const bool is_v4 = family() == AF_INET;
+    if (is_v4)
         inet_ntop(AF_INET, &v4(*this).sin_addr, host, sizeof host);
-        return std::string(host) + ":" + std::to_string(port());
-    }
-    if (family() == AF_INET6)
+    else if (family() == AF_INET6)
         inet_ntop(AF_INET6, &v6(*this).sin6_addr, host, sizeof host);
-    return "[" + std::string(host) + "]:" + std::to_string(port());
+    // snprintf, not string concatenation: g++ 12 at -O3 (Release) reports a
+    // false -Wrestrict in operator+ (GCC bug 105329).
+    char text[INET6_ADDRSTRLEN + sizeof "[]:65535"];
+    snprintf(text, sizeof text, is_v4 ? "%s:%u" : "[%s]:%u", host, unsigned{port()});
+    return text;
 }
 
 namespace {
