@@ -2822,6 +2822,92 @@ void test_raw_peer_closes_after_send(void**) {
     g.clear();
 }
 
+// The progress engine's thread and its scheduling policy (see
+// datapath/engine_scheduling.h): -1 if there is no such thread.
+int engine_thread_policy() {
+    DIR* d = opendir("/proc/self/task");
+    if (!d)
+        return -1;
+    int policy = -1;
+    while (dirent* e = readdir(d)) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[300], comm[32] = "";
+        std::snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        if (FILE* f = std::fopen(path, "r")) {
+            if (!std::fgets(comm, sizeof comm, f))
+                comm[0] = '\0';
+            std::fclose(f);
+        }
+        if (std::strcmp(comm, "usiw-progress\n") == 0)
+            policy = sched_getscheduler(static_cast<pid_t>(std::atoi(e->d_name)));
+    }
+    closedir(d);
+    return policy;
+}
+
+// WRITEs 64 bytes of pattern `seed` (unsignaled) and spins on the target's
+// memory until they land, never giving up the CPU, as ib_write_lat does.
+void write_and_spin(Pair& p, const Buf& src, const Buf& dst, uint32_t seed) {
+    pattern(src.p, 64, seed);
+    post(p.a, rdma_wr(IBV_WR_RDMA_WRITE, seed, {src.sge(0, 64)}, dst.addr(), dst.rkey(), 0));
+    const auto deadline = Clock::now() + std::chrono::milliseconds(kTimeoutMs);
+    while (std::memcmp(dst.p, src.p, 64) != 0 && Clock::now() < deadline) {
+    }
+    expect_bytes(dst.p, src.p, 64, "a WRITE watched by a spinning thread");
+}
+
+const char* policy_name(int policy) {
+    return policy == SCHED_BATCH ? "SCHED_BATCH" : policy == SCHED_OTHER ? "SCHED_OTHER" : "other";
+}
+
+// The engine's thread runs under SCHED_BATCH, so that its wake-ups for bulk
+// input do not preempt the thread producing it. When that delays input only
+// it can place (the target spins on memory and no CPU is free: here every
+// thread shares one CPU), it switches to SCHED_OTHER within a few rounds,
+// and back to SCHED_BATCH once the hold (1 s at first) has passed.
+void test_engine_thread_scheduling(void**) {
+    if (access("/proc/self/schedstat", R_OK) != 0) {
+        print_message(
+            "  skipped: no /proc/self/schedstat, so the engine stays under SCHED_OTHER\n");
+        return;
+    }
+    const Config c{false, 65536};
+    Pair p = new_pair(c, QpOpts(), QpOpts(), 64);
+    Buf src = new_buf(p.ha, 4096);
+    Buf dst = new_buf(p.hb, 4096);
+    where("engine scheduling: bulk-friendly to start with");
+    write_and_spin(p, src, dst, 1);
+    EXPECT(engine_thread_policy() == SCHED_BATCH,
+           "the progress thread runs under %s, not SCHED_BATCH",
+           policy_name(engine_thread_policy()));
+
+    where("engine scheduling: a spinning target on one CPU");
+    int rounds = 0;
+    {
+        OneCpu one_cpu;
+        while (engine_thread_policy() == SCHED_BATCH && rounds < 100)
+            write_and_spin(p, src, dst, 2 + rounds++);
+    }
+    EXPECT(engine_thread_policy() == SCHED_OTHER,
+           "after %d WRITEs watched by a thread spinning on the engine's only CPU, the progress"
+           " thread still runs under %s",
+           rounds, policy_name(engine_thread_policy()));
+    print_message("  the progress thread left SCHED_BATCH after %d late WRITEs\n", rounds);
+
+    where("engine scheduling: back to SCHED_BATCH after the hold");
+    usleep(1'100'000);
+    write_and_spin(p, src, dst, 200);
+    // It switches after the round that placed the WRITE.
+    const auto deadline = Clock::now() + std::chrono::milliseconds(kTimeoutMs);
+    while (engine_thread_policy() != SCHED_BATCH && Clock::now() < deadline)
+        usleep(1000);
+    EXPECT(engine_thread_policy() == SCHED_BATCH,
+           "1.1 s after leaving SCHED_BATCH, the progress thread runs under %s",
+           policy_name(engine_thread_policy()));
+    g.clear();
+}
+
 }  // namespace
 
 int main(void) {
@@ -2866,6 +2952,7 @@ int main(void) {
         T(test_raw_peer_closes_with_read_outstanding),
         T(test_raw_peer_closes_after_send),
         T(test_raw_tagged_messages_do_not_interleave),
+        T(test_engine_thread_scheduling),
     };
 #undef T
     return cmocka_run_group_tests(tests, nullptr, nullptr);

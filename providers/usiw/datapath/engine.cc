@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "datapath/datapath.h"
+#include "datapath/engine_scheduling.h"
 #include "verbs/log.h"
 #include "verbs/verbs.h"
 
@@ -83,6 +84,7 @@ class Engine {
         thread_local uint64_t last_return_ns = 0;
         thread_local unsigned streak = 0;
         const uint64_t now = monotonic_ns();
+        last_app_poll_ns_.store(now, std::memory_order_relaxed);
         // The time the application spent outside since its last poll.
         streak = now - last_return_ns < kBusyPollGapNs ? streak + 1 : 0;
         if (streak >= kBusyPollStreak)
@@ -110,8 +112,10 @@ class Engine {
     // to take turns at the sockets with that thread, and its wake-ups would
     // take CPU from it (on two cores, a spinning benchmark at each end
     // leaves none). It takes over again when the application arms a CQ to
-    // sleep (app_sleeping), or stops polling for kAppPollingNs.
+    // sleep (app_sleeping), or stops polling for kAppPollingNs. How it asks
+    // to be scheduled: engine_scheduling.h.
     void run() {
+        EngineScheduling scheduling(engine_sched_mode_from_environment());
         for (;;) {
             if (app_polling()) {
                 stepped_aside_.store(true);
@@ -123,6 +127,7 @@ class Engine {
                     ::ppoll(&wake, 1, &check, nullptr);
                 }
                 drain_wake();
+                scheduling.rebase();
                 stepped_aside_.store(false);
                 std::lock_guard lock(progress_mutex_);
                 free_retired();  // the application frees only after a batch
@@ -137,8 +142,12 @@ class Engine {
                 drain_wake();
             if (app_polling())
                 continue;  // it has started polling meanwhile: leave it the work
-            std::lock_guard lock(progress_mutex_);
-            progress(&DeviceStats::progress_in_engine);
+            int ready;
+            {
+                std::lock_guard lock(progress_mutex_);
+                ready = progress(&DeviceStats::progress_in_engine);
+            }
+            scheduling.after_round(ready > 0, last_app_poll_ns_.load(std::memory_order_relaxed));
         }
     }
 
@@ -196,6 +205,7 @@ class Engine {
     int epfd_;
     int wake_fd_;  // app_sleeping() wakes a stepped-aside engine thread
     std::atomic<uint64_t> app_polled_ns_{0};
+    std::atomic<uint64_t> last_app_poll_ns_{0};  // any poll_from_app, busy or not
     std::atomic<bool> stepped_aside_{false};
     std::mutex progress_mutex_;  // one thread at a time takes and uses a batch
     std::mutex retired_mutex_;   // protects retired_

@@ -158,6 +158,14 @@ void print_tuning() {
         6);
     std::printf("  USIW_ZCOPY_MIN = bytes, default %zu\n", usiw::kZeroCopyDefaultMinBytes);
     print_wrapped("the least payload in one send batch that goes out with zero copy", 6);
+    std::printf("  USIW_ENGINE_SCHED = auto (default) | batch | normal\n");
+    print_wrapped(
+        "how the progress thread (usiw-progress) asks to be scheduled: batch runs it "
+        "under SCHED_BATCH, so that its wake-ups for arriving data do not preempt the "
+        "thread sending it; auto does so too, but switches to the default policy for a "
+        "while when that keeps data waiting that only this thread can place (a target "
+        "spinning on memory with no CPU free)",
+        6);
     std::printf("  USIW_DEBUG = 1, or VERBS_LOG_LEVEL = 1..4\n");
     print_wrapped(
         "diagnostics on stderr: VERBS_LOG_LEVEL 1-3 errors, 4 or USIW_DEBUG=1 also "

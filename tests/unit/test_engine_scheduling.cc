@@ -1,0 +1,111 @@
+// The progress engine thread's choice of scheduling policy
+// (datapath/engine_scheduling.h): when it leaves SCHED_BATCH, for how long,
+// and what does not count. test_datapath's test_engine_thread_scheduling
+// watches the real thread do it.
+
+#include <cstdint>
+#include <cstdlib>
+
+#include "datapath/engine_scheduling.h"
+
+// cmocka last: it defines macros that clash with the standard library.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+extern "C" {
+#include <cmocka.h>
+}
+
+namespace {
+
+using usiw::BatchGovernor;
+
+constexpr uint64_t kLate = BatchGovernor::kLateNs;
+constexpr uint64_t kPrompt = 20'000;
+constexpr uint64_t kSecond = 1'000'000'000;
+
+// Feeds `n` rounds that found work and waited `delay` each, 1 ms apart from
+// `*now`; returns how many of them changed the policy.
+int rounds(BatchGovernor& g, int n, uint64_t delay, uint64_t* now) {
+    int changes = 0;
+    for (int i = 0; i < n; ++i) {
+        *now += 1'000'000;
+        changes += g.after_round(true, delay, *now);
+    }
+    return changes;
+}
+
+// Late rounds in a row, and only those, switch to the default policy.
+void test_late_rounds_in_a_row(void**) {
+    BatchGovernor g;
+    uint64_t now = kSecond;
+    assert_true(g.batch());
+    // An odd late round, as bulk input has, is forgiven by the next prompt one.
+    for (int i = 0; i < 10; ++i) {
+        assert_int_equal(rounds(g, BatchGovernor::kLateInARow - 1, kLate, &now), 0);
+        assert_int_equal(rounds(g, 1, kPrompt, &now), 0);
+    }
+    assert_true(g.batch());
+    // Rounds that found nothing do not count, however late.
+    for (int i = 0; i < 10; ++i)
+        assert_false(g.after_round(false, 10 * kLate, now += 1'000'000));
+    assert_true(g.batch());
+    assert_int_equal(rounds(g, BatchGovernor::kLateInARow - 1, kLate, &now), 0);
+    assert_int_equal(rounds(g, 1, kLate, &now), 1);
+    assert_false(g.batch());
+    assert_int_equal(g.hold_ns(), BatchGovernor::kMinHoldNs);
+}
+
+// The default policy holds for its hold time, then SCHED_BATCH is tried
+// again; each time it proves wrong again the hold doubles, up to the cap;
+// a long good spell under SCHED_BATCH starts over.
+void test_hold_doubles_and_resets(void**) {
+    BatchGovernor g;
+    uint64_t now = kSecond;
+    uint64_t expected = BatchGovernor::kMinHoldNs;
+    for (int i = 0; i < 10; ++i) {
+        assert_int_equal(rounds(g, BatchGovernor::kLateInARow, kLate, &now), 1);
+        assert_false(g.batch());
+        assert_int_equal(g.hold_ns(), expected);
+        const uint64_t left = now;
+        // Under the default policy the delay is not looked at.
+        assert_false(g.after_round(true, 0, left + g.hold_ns() - 1));
+        assert_false(g.batch());
+        now = left + g.hold_ns();
+        assert_true(g.after_round(false, 0, now));
+        assert_true(g.batch());
+        expected =
+            expected * 2 > BatchGovernor::kMaxHoldNs ? BatchGovernor::kMaxHoldNs : expected * 2;
+    }
+    assert_int_equal(g.hold_ns(), BatchGovernor::kMaxHoldNs);
+    // SCHED_BATCH lasts as long as the longest hold without trouble.
+    now += BatchGovernor::kMaxHoldNs;
+    assert_int_equal(rounds(g, BatchGovernor::kLateInARow, kLate, &now), 1);
+    assert_int_equal(g.hold_ns(), BatchGovernor::kMinHoldNs);
+}
+
+// USIW_ENGINE_SCHED's values; anything else means auto.
+void test_mode_from_environment(void**) {
+    using usiw::EngineSchedMode;
+    unsetenv("USIW_ENGINE_SCHED");
+    assert_int_equal(usiw::engine_sched_mode_from_environment(), EngineSchedMode::kAuto);
+    setenv("USIW_ENGINE_SCHED", "batch", 1);
+    assert_int_equal(usiw::engine_sched_mode_from_environment(), EngineSchedMode::kBatch);
+    setenv("USIW_ENGINE_SCHED", "normal", 1);
+    assert_int_equal(usiw::engine_sched_mode_from_environment(), EngineSchedMode::kNormal);
+    setenv("USIW_ENGINE_SCHED", "fifo", 1);
+    assert_int_equal(usiw::engine_sched_mode_from_environment(), EngineSchedMode::kAuto);
+    unsetenv("USIW_ENGINE_SCHED");
+}
+
+}  // namespace
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_late_rounds_in_a_row),
+        cmocka_unit_test(test_hold_doubles_and_resets),
+        cmocka_unit_test(test_mode_from_environment),
+    };
+    return cmocka_run_group_tests(tests, nullptr, nullptr);
+}
