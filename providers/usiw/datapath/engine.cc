@@ -34,12 +34,6 @@ constexpr uint64_t kAppPollingNs = 100'000;
 // leave input unread this long.
 constexpr int kStepAsideCheckUs = 500;
 
-uint64_t monotonic_ns() {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
-}
-
 class Engine {
   public:
     Engine()

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <sched.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,16 +49,6 @@ EngineSchedMode engine_sched_mode_from_environment() {
     log_error("USIW_ENGINE_SCHED=%s is not one of auto, batch, normal: using auto", v);
     return EngineSchedMode::kAuto;
 }
-
-namespace {
-
-uint64_t monotonic_ns() {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
-}
-
-}  // namespace
 
 EngineScheduling::EngineScheduling(EngineSchedMode mode) {
     if (mode == EngineSchedMode::kNormal)

@@ -25,9 +25,18 @@
 // about 100).
 #pragma once
 
+#include <time.h>
+
 #include <cstdint>
 
 namespace usiw {
+
+// The engine's clock: CLOCK_MONOTONIC in nanoseconds.
+inline uint64_t monotonic_ns() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+}
 
 // The decision alone, without system calls.
 class BatchGovernor {
