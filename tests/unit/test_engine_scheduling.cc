@@ -1,7 +1,7 @@
 // The progress engine thread's choice of scheduling policy
 // (datapath/engine_scheduling.h): when it leaves SCHED_BATCH, for how long,
-// and what does not count. test_datapath's test_engine_thread_scheduling
-// watches the real thread do it.
+// and what does not count; and when a poller waits for the progress lock. test_datapath's
+// test_engine_thread_scheduling watches the real thread do it.
 
 #include <cstdint>
 #include <cstdlib>
@@ -85,6 +85,39 @@ void test_hold_doubles_and_resets(void**) {
     assert_int_equal(g.hold_ns(), BatchGovernor::kMinHoldNs);
 }
 
+// A poller waits for the progress lock once it has found it taken for
+// kSpinNs, poll after poll; not when it finds it taken now and then.
+void test_progress_lock_wait(void**) {
+    using usiw::ProgressLockWait;
+    constexpr uint64_t kPollGap = 2'000;  // a busy-polling thread's polls
+    ProgressLockWait w;
+    uint64_t now = kSecond;
+    // Taken at every poll: waits once kSpinNs have passed, not before.
+    uint64_t first = now;
+    for (;; now += kPollGap) {
+        const bool wait = w.taken(now, now - kPollGap);
+        if (wait)
+            break;
+        assert_true(now - first < ProgressLockWait::kSpinNs);
+    }
+    assert_true(now - first >= ProgressLockWait::kSpinNs);
+    assert_true(now - first < ProgressLockWait::kSpinNs + kPollGap);
+    w.acquired();
+    // Taken, then free, then taken: the count starts again.
+    for (int i = 0; i < 1000; ++i) {
+        now += kPollGap;
+        assert_false(w.taken(now, now - kPollGap));
+        now += kPollGap;
+        w.acquired();
+    }
+    // Taken at polls far apart (the thread did other things between): each
+    // is a first time.
+    for (int i = 0; i < 10; ++i) {
+        now += ProgressLockWait::kSpinNs;
+        assert_false(w.taken(now, now - ProgressLockWait::kSpinNs));
+    }
+}
+
 // USIW_ENGINE_SCHED's values; anything else means auto.
 void test_mode_from_environment(void**) {
     using usiw::EngineSchedMode;
@@ -105,6 +138,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_late_rounds_in_a_row),
         cmocka_unit_test(test_hold_doubles_and_resets),
+        cmocka_unit_test(test_progress_lock_wait),
         cmocka_unit_test(test_mode_from_environment),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);

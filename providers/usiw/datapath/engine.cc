@@ -83,7 +83,12 @@ class Engine {
         streak = now - last_return_ns < kBusyPollGapNs ? streak + 1 : 0;
         if (streak >= kBusyPollStreak)
             app_polled_ns_.store(now, std::memory_order_relaxed);
+        thread_local ProgressLockWait lock_wait;
         std::unique_lock lock(progress_mutex_, std::try_to_lock);
+        if (!lock && lock_wait.taken(now, last_return_ns))
+            lock.lock();
+        if (lock)
+            lock_wait.acquired();
         const bool found = lock && progress(&DeviceStats::progress_in_poll) > 0;
         last_return_ns = found ? monotonic_ns() : now;
         return found;
