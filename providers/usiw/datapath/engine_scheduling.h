@@ -8,8 +8,9 @@
 // engine. The two then take turns on one CPU while another idles. Under
 // SCHED_BATCH a wake-up does not preempt: the engine thread runs when a CPU
 // is free (the load balancer moves it to an idle one) or at the next
-// scheduler tick. Measured in a 2-vCPU qemu guest: ib_write_bw at 64 KiB
-// 165-250 MiB/s under the default policy, 507-571 under SCHED_BATCH.
+// scheduler tick. Measured in a 2-vCPU qemu guest, alternating the two:
+// ib_write_bw at 64 KiB 163-511 MiB/s (the sender preempted up to 5665
+// times a run) under the default policy, 482-553 under SCHED_BATCH.
 //
 // SCHED_BATCH is wrong when no CPU is free and only the engine can place
 // the input: ib_write_lat's target spins on memory while the initiator
