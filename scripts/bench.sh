@@ -115,38 +115,8 @@ if [ $guest -eq 2 ]; then
     guest_runs zerocopy "$top/scripts/qemu/zerocopy_guest.sh" zerocopy.csv "$runs" \
         USIW_QEMU_NICS=2
     echo "each figure is the median of $runs run(s), one boot each"
-    /usr/bin/python3 - "$top/build/bench/zerocopy.csv" "${csvs[@]}" <<'PY'
-import csv, statistics, sys
-runs = {}
-for path in sys.argv[2:]:
-    for mode, size, metric, value in csv.reader(open(path)):
-        if value:
-            runs.setdefault((mode, int(size), metric), []).append(float(value))
-v = {k: statistics.median(x) for k, x in runs.items()}
-sizes = sorted({k[1] for k in v})
-def get(mode, size, metric):
-    return v.get((mode, size, metric))
-def ratio(a, b):
-    return None if not a or not b else a / b
-cell = lambda x, p="%.2f": "-" if x is None else p % x
-with open(sys.argv[1], "w", newline="") as f:
-    out = csv.writer(f)
-    head = ["size_bytes", "copy_gbit_s", "zcopy_gbit_s", "throughput_ratio", "copy_cpu_s_gib",
-            "zcopy_cpu_s_gib", "cpu_ratio", "zcopy_share"]
-    out.writerow(head)
-    fmt = "%8s %10s %10s %7s %12s %12s %7s %8s"
-    print(fmt % ("bytes", "copy Gb/s", "zcopy Gb/s", "ratio", "copy cpu/GiB", "zcopy cpu/GiB",
-                 "ratio", "zc share"))
-    for z in sizes:
-        g0, g1 = get("never", z, "Gbit/s"), get("auto", z, "Gbit/s")
-        c0, c1 = get("never", z, "sender_cpu_s/GiB"), get("auto", z, "sender_cpu_s/GiB")
-        share = get("auto", z, "zcopy_share")
-        row = [g0, g1, ratio(g1, g0), c0, c1, ratio(c1, c0), share]
-        out.writerow([z] + [cell(x, "%.3f") for x in row])
-        print(fmt % tuple([z] + [cell(x) for x in row]))
-print("(zero copy pays where its throughput ratio is above 1 and its CPU ratio below 1;"
-      " zc share: the payload the kernel really sent without copying)")
-PY
+    /usr/bin/python3 "$top/scripts/bench_summary.py" zerocopy "$top/build/bench/zerocopy.csv" \
+        "${csvs[@]}"
     echo "results: $top/build/bench/zerocopy.csv (guest logs: $top/build/bench/zerocopy/run*.log)"
     exit 0
 fi
@@ -155,32 +125,8 @@ fi
 if [ $guest -eq 1 ]; then
     guest_runs guest "$top/scripts/qemu/bench_guest.sh" guest-bench.csv 1
     echo "each figure is the median of $runs run(s) in one boot, the kinds taking turns"
-    /usr/bin/python3 - "$top/build/bench/guest.csv" "${csvs[@]}" <<'PY'
-import csv, statistics, sys
-runs = {}
-for path in sys.argv[2:]:
-    for kind, test, size, metric, value in csv.reader(open(path)):
-        if value and float(value) > 0:  # perftest has reported 0 under emulation
-            runs.setdefault((test, size, metric), {}).setdefault(kind, []).append(float(value))
-def ratio(a, b):
-    return None if not a or not b else a / b
-cell = lambda x, p="%.2f": "-" if x is None else p % x
-with open(sys.argv[1], "w", newline="") as f:
-    out = csv.writer(f)
-    out.writerow(["test", "size_bytes", "metric", "usiw", "siw", "rxe", "usiw_over_siw",
-                  "usiw_over_rxe"])
-    fmt = "%-13s %8s %-7s %10s %10s %10s %9s %9s"
-    print(fmt % ("test", "bytes", "metric", "usiw", "siw", "rxe", "usiw/siw", "usiw/rxe"))
-    for (test, size, metric), by_kind in runs.items():
-        u, s, r = (statistics.median(by_kind[k]) if k in by_kind else None
-                   for k in ("usiw", "siw", "rxe"))
-        rs, rr = ratio(u, s), ratio(u, r)
-        out.writerow([test, size, metric] + [cell(x, "%.3f") for x in (u, s, r)] +
-                     [cell(rs), cell(rr)])
-        print(fmt % (test, size, metric, cell(u, "%.3f"), cell(s, "%.3f"), cell(r, "%.3f"),
-                     cell(rs), cell(rr)))
-print("(throughput: above 1 is better for usiw; latency: below 1 is better)")
-PY
+    /usr/bin/python3 "$top/scripts/bench_summary.py" guest "$top/build/bench/guest.csv" \
+        "${csvs[@]}"
     echo "results: $top/build/bench/guest.csv (guest logs: $top/build/bench/guest/run*.log)"
     exit 0
 fi

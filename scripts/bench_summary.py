@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Summarises the qemu guest benchmarks of scripts/bench.sh: the medians of
+each measurement over the runs, as a table on stdout and a CSV.
+
+    bench_summary.py guest OUT.csv RUN.csv...     usiw against kernel siw and rxe
+    bench_summary.py zerocopy OUT.csv RUN.csv...  usiw's transmit, copy against zero copy
+
+Each RUN.csv is one run's output of scripts/qemu/bench_guest.sh
+(kind,test,size,metric,value) or scripts/qemu/zerocopy_guest.sh
+(mode,size,metric,value).
+"""
+import csv
+import statistics
+import sys
+
+
+def ratio(a, b):
+    return None if not a or not b else a / b
+
+
+def cell(x, fmt="%.2f"):
+    return "-" if x is None else fmt % x
+
+
+def guest(out_path, run_paths):
+    runs = {}
+    for path in run_paths:
+        for kind, test, size, metric, value in csv.reader(open(path)):
+            if value and float(value) > 0:  # perftest has reported 0 under emulation
+                runs.setdefault((test, size, metric), {}).setdefault(kind, []).append(float(value))
+    with open(out_path, "w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["test", "size_bytes", "metric", "usiw", "siw", "rxe", "usiw_over_siw",
+                      "usiw_over_rxe"])
+        fmt = "%-13s %8s %-7s %10s %10s %10s %9s %9s"
+        print(fmt % ("test", "bytes", "metric", "usiw", "siw", "rxe", "usiw/siw", "usiw/rxe"))
+        for (test, size, metric), by_kind in runs.items():
+            u, s, r = (statistics.median(by_kind[k]) if k in by_kind else None
+                       for k in ("usiw", "siw", "rxe"))
+            rs, rr = ratio(u, s), ratio(u, r)
+            out.writerow([test, size, metric] + [cell(x, "%.3f") for x in (u, s, r)] +
+                         [cell(rs), cell(rr)])
+            print(fmt % (test, size, metric, cell(u, "%.3f"), cell(s, "%.3f"), cell(r, "%.3f"),
+                         cell(rs), cell(rr)))
+    print("(throughput: above 1 is better for usiw; latency: below 1 is better)")
+
+
+def zerocopy(out_path, run_paths):
+    runs = {}
+    for path in run_paths:
+        for mode, size, metric, value in csv.reader(open(path)):
+            if value:
+                runs.setdefault((mode, int(size), metric), []).append(float(value))
+    median = {k: statistics.median(x) for k, x in runs.items()}
+    get = lambda mode, size, metric: median.get((mode, size, metric))
+    with open(out_path, "w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["size_bytes", "copy_gbit_s", "zcopy_gbit_s", "throughput_ratio",
+                      "copy_cpu_s_gib", "zcopy_cpu_s_gib", "cpu_ratio", "zcopy_share"])
+        fmt = "%8s %10s %10s %7s %12s %12s %7s %8s"
+        print(fmt % ("bytes", "copy Gb/s", "zcopy Gb/s", "ratio", "copy cpu/GiB",
+                     "zcopy cpu/GiB", "ratio", "zc share"))
+        for z in sorted({k[1] for k in median}):
+            g0, g1 = get("never", z, "Gbit/s"), get("auto", z, "Gbit/s")
+            c0, c1 = get("never", z, "sender_cpu_s/GiB"), get("auto", z, "sender_cpu_s/GiB")
+            row = [g0, g1, ratio(g1, g0), c0, c1, ratio(c1, c0), get("auto", z, "zcopy_share")]
+            out.writerow([z] + [cell(x, "%.3f") for x in row])
+            print(fmt % tuple([z] + [cell(x) for x in row]))
+    print("(zero copy pays where its throughput ratio is above 1 and its CPU ratio below 1;"
+          " zc share: the payload the kernel really sent without copying)")
+
+
+if __name__ == "__main__":
+    summaries = {"guest": guest, "zerocopy": zerocopy}
+    if len(sys.argv) < 4 or sys.argv[1] not in summaries:
+        sys.exit(__doc__)
+    summaries[sys.argv[1]](sys.argv[2], sys.argv[3:])
