@@ -76,22 +76,37 @@ record() {  # MODE SIZE METRIC VALUE
     echo "$1,$2,$3,$4" | tee -a "$CSV"
 }
 
+# write_bw MODE SIZE ITERS LOG: one ib_write_bw, the sender (client) with
+# USIW_ZCOPY=MODE; output in LOG.server, LOG.client and LOG.cpu (the
+# client's user and system seconds).
+write_bw() {
+    local mode=$1 size=$2 iters=$3 log=$4 spid
+    # Only the sender's mode varies. (The target sends only perftest's
+    # small control messages; with zero copy their completions wait for
+    # the kernel, which made perftest's client connect its second
+    # connection before the server listened again: perftest's own race.)
+    USIW_ZCOPY=never on_side b timeout 300 "$USIW" run ib_write_bw -R -F -d usiw0 -p 18600 -s "$size" -n "$iters" \
+        >"$log.server" 2>&1 &
+    spid=$!
+    wait_listen zb 30 18600 || echo "zerocopy_guest: $mode $size: no server" >&2
+    USIW_ZCOPY=$mode USIW_ZCOPY_MIN=0 on_side a /usr/bin/time -f '%U %S' -o "$log.cpu" timeout 300 "$USIW" run ib_write_bw -R -F \
+        -d usiw0 -p 18600 -s "$size" -n "$iters" 192.0.2.2 >"$log.client" 2>&1
+    wait "$spid"
+}
+
+# A warm-up in each mode, not recorded: the emulator translates code the
+# first time it runs it (perftest, libibverbs, librdmacm, usiw), and the
+# first measured run would pay for it.
+for mode in never auto; do
+    write_bw "$mode" 65536 64 "$LOGS/zc-$mode-warmup"
+done
+
 for size in 4096 16384 65536 262144 524288 1048576 4194304; do
     iters=$(awk -v s="$SCALE" -v z="$size" 'BEGIN { n = int(s * 67108864 / z); print n < 20 ? 20 : n }')
     for mode in never auto; do
         log=$LOGS/zc-$mode-$size
         zc0=$(stat_of zcopy_bytes)
-        # Only the sender's mode varies. (The target sends only perftest's
-        # small control messages; with zero copy their completions wait for
-        # the kernel, which made perftest's client connect its second
-        # connection before the server listened again: perftest's own race.)
-        USIW_ZCOPY=never on_side b timeout 300 "$USIW" run ib_write_bw -R -F -d usiw0 -p 18600 -s "$size" -n "$iters" \
-            >"$log.server" 2>&1 &
-        spid=$!
-        wait_listen zb 30 18600 || echo "zerocopy_guest: $mode $size: no server" >&2
-        USIW_ZCOPY=$mode USIW_ZCOPY_MIN=0 on_side a /usr/bin/time -f '%U %S' -o "$log.cpu" timeout 300 "$USIW" run ib_write_bw -R -F \
-            -d usiw0 -p 18600 -s "$size" -n "$iters" 192.0.2.2 >"$log.client" 2>&1
-        wait "$spid"
+        write_bw "$mode" "$size" "$iters" "$log"
         zc1=$(stat_of zcopy_bytes)
         r=$(grep -E '^ *[0-9]+ +[0-9]+ +[0-9.]+' "$log.client" | tail -n 1)
         cpu=$(awk '/^[0-9.]+ [0-9.]+$/ { print $1 + $2 }' "$log.cpu")
