@@ -115,8 +115,10 @@ class Engine {
     // to be scheduled: engine_scheduling.h.
     void run() {
         EngineScheduling scheduling(engine_sched_mode_from_environment());
+        bool was_aside = false;  // since the last wait for the sockets
         for (;;) {
             if (app_polling()) {
+                was_aside = true;
                 stepped_aside_.store(true);
                 // app_sleeping() clears app_polled_ns_ before it reads
                 // stepped_aside_: one of the two sees the other.
@@ -126,11 +128,16 @@ class Engine {
                     ::ppoll(&wake, 1, &check, nullptr);
                 }
                 drain_wake();
-                scheduling.rebase();
                 stepped_aside_.store(false);
                 std::lock_guard lock(progress_mutex_);
                 free_retired();  // the application frees only after a batch
                 continue;
+            }
+            // What the thread waited for a CPU while it stepped aside is no
+            // round's (read once on the way back, not at every check).
+            if (was_aside) {
+                scheduling.rebase();
+                was_aside = false;
             }
             // Wait without taking events, so that a batch is taken (and its
             // streams used) only under progress_mutex_.

@@ -118,8 +118,8 @@ class EngineScheduling {
     // After a round of the engine's work: whether it found any, and when an
     // application thread last polled a CQ (engine_poll).
     void after_round(bool found_work, uint64_t last_app_poll_ns);
-    // After the thread woke for something other than a round (its run
-    // delay since then is not a round's).
+    // Before the thread waits for a round, when it has run for something
+    // else since the last one (its run delay since then is not a round's).
     void rebase();
 
   private:
