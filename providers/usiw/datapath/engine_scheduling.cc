@@ -54,7 +54,7 @@ EngineScheduling::EngineScheduling(EngineSchedMode mode) {
     if (mode == EngineSchedMode::kNormal)
         return;
     if (sched_getscheduler(0) != SCHED_OTHER) {
-        log_debug("usiw: progress thread keeps the scheduling policy it inherited");
+        log_debug("progress thread keeps the scheduling policy it inherited");
         return;
     }
     if (mode == EngineSchedMode::kAuto) {
@@ -62,7 +62,7 @@ EngineScheduling::EngineScheduling(EngineSchedMode mode) {
         schedstat_fd_ = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
         if (schedstat_fd_ < 0) {
             log_debug(
-                "usiw: progress thread stays under SCHED_OTHER: "
+                "progress thread stays under SCHED_OTHER: "
                 "/proc/thread-self/schedstat: %s",
                 strerror(errno));
             return;
@@ -123,7 +123,7 @@ void EngineScheduling::after_round(bool found_work, uint64_t last_app_poll_ns) {
         rebase();
     else
         log_debug(
-            "usiw: progress thread: SCHED_BATCH delayed input %u rounds in a row; "
+            "progress thread: SCHED_BATCH delayed input %u rounds in a row; "
             "SCHED_OTHER for %llu ms",
             BatchGovernor::kLateInARow,
             static_cast<unsigned long long>(governor_.hold_ns() / 1'000'000));
@@ -133,8 +133,8 @@ bool EngineScheduling::apply(bool batch) {
     const sched_param param{};
     if (sched_setscheduler(0, batch ? SCHED_BATCH : SCHED_OTHER, &param) == 0)
         return true;
-    log_debug("usiw: progress thread: sched_setscheduler(%s): %s",
-              batch ? "SCHED_BATCH" : "SCHED_OTHER", strerror(errno));
+    log_debug("progress thread: sched_setscheduler(%s): %s", batch ? "SCHED_BATCH" : "SCHED_OTHER",
+              strerror(errno));
     return false;
 }
 
