@@ -98,7 +98,6 @@ pair() {
         bad "$name:$why"
         sed 's/^/    server: /' "$sout" | tail -n 30
         sed 's/^/    client: /' "$cout" | tail -n 30
-
     fi
 }
 
