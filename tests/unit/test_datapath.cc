@@ -1517,17 +1517,23 @@ class Spinner {
     std::thread thread_;
 };
 
-// WRITEs 4 MiB of pattern `seed` from A to B with nothing polled on either
-// side (unsignaled), waits for the last bytes to land in B's memory, as a
-// latency benchmark watching its buffer does, and checks every byte.
-void write_and_watch(Pair& p, const Buf& src, const Buf& dst, uint32_t seed, const char* what) {
+// How a test watches the target's memory for a WRITE: looking every 100 us,
+// or spinning without ever giving up the CPU, as ib_write_lat's target does.
+enum class Watch { kSleeping, kSpinning };
+
+// WRITEs all of `src` (pattern `seed`) from A to B with nothing polled on
+// either side (unsignaled), watches B's memory until every byte has landed,
+// as a latency benchmark watching its buffer does, and checks them.
+void write_and_watch(Pair& p, const Buf& src, const Buf& dst, uint32_t seed, const char* what,
+                     Watch watch = Watch::kSleeping) {
     where("progress: %s", what);
     pattern(src.p, src.n, seed);
     post(p.a, rdma_wr(IBV_WR_RDMA_WRITE, seed, {src.sge(0, src.n)}, dst.addr(), dst.rkey(), 0));
-    const uint8_t* tail = dst.p + dst.n - 16;
     const auto deadline = Clock::now() + std::chrono::milliseconds(kTimeoutMs);
-    while (std::memcmp(tail, src.p + src.n - 16, 16) != 0 && Clock::now() < deadline)
-        usleep(100);
+    while (std::memcmp(dst.p, src.p, dst.n) != 0 && Clock::now() < deadline) {
+        if (watch == Watch::kSleeping)
+            usleep(100);
+    }
     expect_bytes(dst.p, src.p, dst.n, what);
 }
 
@@ -2850,17 +2856,6 @@ int engine_thread_policy() {
     return policy;
 }
 
-// WRITEs 64 bytes of pattern `seed` (unsignaled) and spins on the target's
-// memory until they land, never giving up the CPU, as ib_write_lat does.
-void write_and_spin(Pair& p, const Buf& src, const Buf& dst, uint32_t seed) {
-    pattern(src.p, 64, seed);
-    post(p.a, rdma_wr(IBV_WR_RDMA_WRITE, seed, {src.sge(0, 64)}, dst.addr(), dst.rkey(), 0));
-    const auto deadline = Clock::now() + std::chrono::milliseconds(kTimeoutMs);
-    while (std::memcmp(dst.p, src.p, 64) != 0 && Clock::now() < deadline) {
-    }
-    expect_bytes(dst.p, src.p, 64, "a WRITE watched by a spinning thread");
-}
-
 const char* policy_name(int policy) {
     return policy == SCHED_BATCH ? "SCHED_BATCH" : policy == SCHED_OTHER ? "SCHED_OTHER" : "other";
 }
@@ -2878,20 +2873,20 @@ void test_engine_thread_scheduling(void**) {
     }
     const Config c{false, 65536};
     Pair p = new_pair(c, QpOpts(), QpOpts(), 64);
-    Buf src = new_buf(p.ha, 4096);
-    Buf dst = new_buf(p.hb, 4096);
-    where("engine scheduling: bulk-friendly to start with");
-    write_and_spin(p, src, dst, 1);
+    Buf src = new_buf(p.ha, 64);
+    Buf dst = new_buf(p.hb, 64);
+    write_and_watch(p, src, dst, 1, "engine scheduling: bulk-friendly to start with",
+                    Watch::kSpinning);
     EXPECT(engine_thread_policy() == SCHED_BATCH,
            "the progress thread runs under %s, not SCHED_BATCH",
            policy_name(engine_thread_policy()));
 
-    where("engine scheduling: a spinning target on one CPU");
     int rounds = 0;
     {
         OneCpu one_cpu;
         while (engine_thread_policy() == SCHED_BATCH && rounds < 100)
-            write_and_spin(p, src, dst, 2 + rounds++);
+            write_and_watch(p, src, dst, 2 + rounds++,
+                            "engine scheduling: a spinning target on one CPU", Watch::kSpinning);
     }
     EXPECT(engine_thread_policy() == SCHED_OTHER,
            "after %d WRITEs watched by a thread spinning on the engine's only CPU, the progress"
@@ -2899,9 +2894,9 @@ void test_engine_thread_scheduling(void**) {
            rounds, policy_name(engine_thread_policy()));
     print_message("  the progress thread left SCHED_BATCH after %d late WRITEs\n", rounds);
 
-    where("engine scheduling: back to SCHED_BATCH after the hold");
     usleep(1'100'000);
-    write_and_spin(p, src, dst, 200);
+    write_and_watch(p, src, dst, 200, "engine scheduling: back to SCHED_BATCH after the hold",
+                    Watch::kSpinning);
     // It switches after the round that placed the WRITE.
     const auto deadline = Clock::now() + std::chrono::milliseconds(kTimeoutMs);
     while (engine_thread_policy() != SCHED_BATCH && Clock::now() < deadline)
