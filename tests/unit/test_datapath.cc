@@ -12,9 +12,9 @@
 // table and async event queue), as two processes would.
 //
 // ctest runs this with LD_PRELOAD set to the provider and a link
-// configuration of its own, whose one device (kDevice, on lo) no other test
-// uses, so its counters move only with this test's traffic
-// (tests/unit/CMakeLists.txt).
+// configuration of its own, whose one device (usiwdp0 on lo, or the one
+// USIW_TEST_DEVICE names) no other test uses, so its counters move only
+// with this test's traffic (tests/unit/CMakeLists.txt).
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -34,6 +34,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -67,7 +68,12 @@ namespace wire = usiw::wire;
 namespace term = usiw::wire::term;
 using Clock = std::chrono::steady_clock;
 
-constexpr char kDevice[] = "usiwdp0";
+// The device the test opens: its own, so that its counters move only with
+// its own traffic (see tests/unit/CMakeLists.txt).
+const char* test_device() {
+    const char* name = std::getenv("USIW_TEST_DEVICE");
+    return name && *name ? name : "usiwdp0";
+}
 constexpr int kTimeoutMs = 5000;  // for anything that must happen
 constexpr int kQuietMs = 50;      // for anything that must not happen
 constexpr uint8_t kGuard = 0xA5;
@@ -209,13 +215,13 @@ Host new_host() {
     EXPECT(list != nullptr, "ibv_get_device_list: %s", std::strerror(errno));
     ibv_device* dev = nullptr;
     for (int i = 0; i < n; ++i)
-        if (std::strcmp(ibv_get_device_name(list[i]), kDevice) == 0)
+        if (std::strcmp(ibv_get_device_name(list[i]), test_device()) == 0)
             dev = list[i];
     if (!dev)
         ibv_free_device_list(list);
     EXPECT(dev != nullptr,
            "no %s device: is libusiw-rdmav34.so preloaded, and USIW_CONFIG_DIR's links naming it?",
-           kDevice);
+           test_device());
 
     Host h;
     h.ctx = ibv_open_device(dev);
@@ -1465,11 +1471,11 @@ void test_many_qps(void**) {
 // Who moves the datapath: the progress engine's thread, or an application
 // thread busy-polling a CQ
 
-// A counter of this test's device (kDevice).
+// A counter of this test's device (test_device()).
 uint64_t device_counter(std::atomic<uint64_t> usiw::DeviceStats::*counter) {
     std::string error;
-    usiw::DeviceStats* stats = usiw::map_device_stats(kDevice, true, &error);
-    EXPECT(stats != nullptr, "the counters of %s: %s", kDevice, error.c_str());
+    usiw::DeviceStats* stats = usiw::map_device_stats(test_device(), true, &error);
+    EXPECT(stats != nullptr, "the counters of %s: %s", test_device(), error.c_str());
     return (stats->*counter).load();
 }
 
@@ -2909,7 +2915,7 @@ void test_engine_thread_scheduling(void**) {
 
 }  // namespace
 
-int main(void) {
+int main(int argc, char** argv) {
 #define T(name) cmocka_unit_test_teardown(name, teardown)
     const struct CMUnitTest tests[] = {
         T(test_send_sizes),
@@ -2951,13 +2957,23 @@ int main(void) {
         T(test_raw_peer_closes_with_read_outstanding),
         T(test_raw_peer_closes_after_send),
         T(test_raw_tagged_messages_do_not_interleave),
-        // Last: it leaves the engine thread under SCHED_OTHER for a while,
-        // and run first it made test_busy_poll_takes_over_progress fail
-        // under load (1 run in 12). Earlier tests make the thread leave
-        // SCHED_BATCH too, so its hold here can be 2 s; the test waits for
-        // the policy up to kTimeoutMs.
+    };
+    // The engine thread's policy is the process's history: every earlier
+    // test that starved the engine switched it to SCHED_OTHER, and each
+    // switch doubles the hold (up to 64 s), so under load no bound on the
+    // wait held. Its test therefore runs in a process of its own
+    // (`--scheduling`, ctest's test_engine_thread_scheduling), where the
+    // governor starts fresh and every switch is the test's own doing.
+    const struct CMUnitTest scheduling[] = {
         T(test_engine_thread_scheduling),
     };
 #undef T
+    if (argc > 1 && std::strcmp(argv[1], "--scheduling") == 0)
+        return cmocka_run_group_tests_name("engine thread scheduling", scheduling, nullptr,
+                                           nullptr);
+    if (argc > 1) {
+        std::fprintf(stderr, "usage: %s [--scheduling]\n", argv[0]);
+        return 2;
+    }
     return cmocka_run_group_tests(tests, nullptr, nullptr);
 }
