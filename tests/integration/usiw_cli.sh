@@ -203,6 +203,32 @@ expect_stderr "unknown netdev" "no network device named 'nosuchdev9'"
 expect_stderr "unknown netdev lists the real ones" "network devices here: lo"
 expect_unchanged "unknown netdev"
 
+# --- concurrent edits ---
+
+# 20 `usiw link add` at once once left 4 links in the file: each read it,
+# added its link and renamed its copy over the others'. Every one must
+# survive (usiw locks the directory for the read-modify-write).
+CONCURRENT_DIR=$WORK/concurrent
+pids=()
+for i in $(seq 1 20); do
+    USIW_CONFIG_DIR=$CONCURRENT_DIR "$USIW" link add "par$i" netdev lo --user \
+        >/dev/null 2>"$WORK/concurrent.$i.err" &
+    pids+=($!)
+done
+RC=0
+for pid in "${pids[@]}"; do
+    wait "$pid" || RC=$?
+done
+OUT=$(grep -c '^par[0-9]* netdev lo$' "$CONCURRENT_DIR/links" 2>/dev/null)
+ERR=$(cat "$WORK"/concurrent.*.err)
+LAST="20 x usiw link add parN netdev lo --user, at once"
+expect_status "20 concurrent link adds" 0
+if [[ $OUT == 20 ]]; then
+    pass "20 concurrent link adds: all 20 links in the file"
+else
+    fail "20 concurrent link adds: all 20 links in the file (found ${OUT:-0})"
+fi
+
 # --- show ---
 
 run_usiw link add usiw2 netdev lo --user

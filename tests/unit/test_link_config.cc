@@ -5,8 +5,12 @@
 // are never read or written. Links are bound to lo, the one netdev every
 // network namespace has.
 
+#include <poll.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -371,6 +375,102 @@ void test_missing_file_is_empty_and_clears_error(void**) {
     assert_string_equal(error.c_str(), "");
 }
 
+// Runs `edit(i)` in `count` processes released at once (they all wait on
+// one pipe), while one more process reads the file over and over; returns
+// how many editors failed plus how many reads saw a broken file.
+template <typename Edit>
+int edit_concurrently(int count, Edit edit) {
+    int gate[2];
+    assert_int_equal(pipe(gate), 0);
+    int done[2];
+    assert_int_equal(pipe(done), 0);
+    std::vector<pid_t> editors;
+    for (int i = 0; i < count; ++i) {
+        const pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            close(gate[1]);
+            char go;
+            const bool released = read(gate[0], &go, 1) == 0;  // EOF: all start
+            _exit(released && edit(i) ? 0 : 1);
+        }
+        editors.push_back(pid);
+    }
+    const pid_t reader = fork();
+    assert_true(reader >= 0);
+    if (reader == 0) {
+        close(gate[1]);
+        close(done[1]);
+        char go;
+        if (read(gate[0], &go, 1) != 0)
+            _exit(1);
+        int broken = 0;
+        // Until the parent closes `done` (every editor finished).
+        pollfd p{done[0], POLLIN, 0};
+        while (poll(&p, 1, 0) == 0) {
+            std::string error;
+            load_links(ConfigScope::kUser, &error);
+            broken += !error.empty();
+        }
+        _exit(broken > 0 ? 1 : 0);
+    }
+    close(gate[0]);
+    close(gate[1]);  // releases everyone at once
+    int failures = 0;
+    for (pid_t pid : editors) {
+        int status = 0;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        failures += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    close(done[1]);
+    close(done[0]);
+    int status = 0;
+    assert_int_equal(waitpid(reader, &status, 0), reader);
+    failures += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    return failures;
+}
+
+std::string concurrent_name(int i) {
+    return "c" + std::to_string(i);
+}
+
+// 20 `usiw link add` at once once left 4 links: each read the file, added
+// its own and renamed its copy over the others'. Every edit must survive,
+// and a reader must never see a file half-written.
+void test_concurrent_edits_all_survive(void**) {
+    constexpr int kEditors = 20;
+    const int failed = edit_concurrently(kEditors, [](int i) {
+        std::string error;
+        return add_link(ConfigScope::kUser, {concurrent_name(i), "lo"}, &error);
+    });
+    assert_int_equal(failed, 0);
+    Links all = loaded(ConfigScope::kUser);
+    assert_int_equal(all.size(), kEditors);
+    for (int i = 0; i < kEditors; ++i)
+        assert_true(std::any_of(all.begin(), all.end(),
+                                [&](const LinkSpec& l) { return l.name == concurrent_name(i); }));
+
+    // Half delete their link while the other half add a new one.
+    const int mixed_failed = edit_concurrently(kEditors, [](int i) {
+        std::string error;
+        if (i % 2 == 0)
+            return delete_link(ConfigScope::kUser, concurrent_name(i), &error);
+        return add_link(ConfigScope::kUser, {concurrent_name(kEditors + i), "lo"}, &error);
+    });
+    assert_int_equal(mixed_failed, 0);
+    all = loaded(ConfigScope::kUser);
+    assert_int_equal(all.size(), kEditors);
+    for (int i = 0; i < kEditors; ++i) {
+        const auto has = [&](const std::string& name) {
+            return std::any_of(all.begin(), all.end(),
+                               [&](const LinkSpec& l) { return l.name == name; });
+        };
+        assert_true(has(concurrent_name(i)) == (i % 2 == 1));
+        if (i % 2 == 1)
+            assert_true(has(concurrent_name(kEditors + i)));
+    }
+}
+
 }  // namespace
 
 int main(void) {
@@ -395,6 +495,7 @@ int main(void) {
         TEST(test_malformed_files_are_reported),
         TEST(test_unreadable_file_is_an_error),
         TEST(test_missing_file_is_empty_and_clears_error),
+        TEST(test_concurrent_edits_all_survive),
     };
 #undef TEST
     return cmocka_run_group_tests(tests, nullptr, nullptr);

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <pwd.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -221,17 +222,69 @@ bool write_all(int fd, const std::string& text) {
     return true;
 }
 
-// Writes `text` to `path` so that readers see the old file or the new one,
-// never a mix: a temporary file in the same directory, synced, then renamed
-// over the old one.
-bool replace_file(const std::string& path, const std::string& text, std::string* error) {
-    const std::filesystem::path directory = std::filesystem::path(path).parent_path();
+// Makes one read-modify-write of a links file exclusive among every process
+// that edits it (`usiw link add` run twice at once would otherwise both read
+// the same file and the later rename would drop the other's link). The lock
+// is on the directory: the links file itself is replaced by rename, and a
+// lock on the replaced file would lock nothing, while a lock file of its own
+// would be left behind. Readers take no lock: the rename shows them the old
+// file or the new one.
+class EditLock {
+  public:
+    explicit EditLock(const std::string& links_path) {
+        path_ = std::filesystem::path(links_path).parent_path().string();
+        fd_ = ::open(path_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd_ < 0) {
+            error_ = errno;
+            return;
+        }
+        while (flock(fd_, LOCK_EX) != 0) {
+            if (errno != EINTR) {
+                error_ = errno;
+                ::close(fd_);
+                fd_ = -1;
+                return;
+            }
+        }
+    }
+    EditLock(const EditLock&) = delete;
+    EditLock& operator=(const EditLock&) = delete;
+    ~EditLock() {
+        if (fd_ >= 0) {
+            ::close(fd_);  // releases the lock
+        }
+    }
+    // False with `error` set if the lock could not be taken.
+    bool held(std::string* error) const {
+        if (fd_ >= 0) {
+            return true;
+        }
+        set_error(error, "cannot lock " + path_ + ": " + std::strerror(error_));
+        return false;
+    }
+
+  private:
+    std::string path_;
+    int fd_ = -1;
+    int error_ = 0;
+};
+
+bool create_config_directory(const std::string& links_path, std::string* error) {
+    const std::filesystem::path directory = std::filesystem::path(links_path).parent_path();
     std::error_code ec;
     std::filesystem::create_directories(directory, ec);
     if (ec) {
         set_error(error, "cannot create " + directory.string() + ": " + ec.message());
         return false;
     }
+    return true;
+}
+
+// Writes `text` to `path` so that readers see the old file or the new one,
+// never a mix: a temporary file in the same directory, synced, then renamed
+// over the old one.
+bool replace_file(const std::string& path, const std::string& text, std::string* error) {
+    const std::filesystem::path directory = std::filesystem::path(path).parent_path();
     std::string temp_path = (directory / ".links.XXXXXX").string();
     FileDescriptor temp(mkostemp(temp_path.data(), O_CLOEXEC));
     if (temp.get() < 0) {
@@ -366,6 +419,14 @@ bool add_link(ConfigScope scope, const LinkSpec& link, std::string* error) {
     if (!valid_link_name(link.name, error) || !valid_netdev_name(link.netdev, error)) {
         return false;
     }
+    const std::string path = config_path(scope);
+    if (!create_config_directory(path, error)) {
+        return false;
+    }
+    const EditLock lock(path);
+    if (!lock.held(error)) {
+        return false;
+    }
     std::string problem;
     std::vector<LinkSpec> links = load_links(scope, &problem);
     if (!problem.empty()) {
@@ -381,10 +442,20 @@ bool add_link(ConfigScope scope, const LinkSpec& link, std::string* error) {
         return false;
     }
     links.push_back(link);
-    return replace_file(config_path(scope), render_links(links), error);
+    return replace_file(path, render_links(links), error);
 }
 
 bool delete_link(ConfigScope scope, const std::string& name, std::string* error) {
+    const std::string path = config_path(scope);
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) {
+        set_error(error, "no link named '" + name + "' in " + describe_scope_file(scope));
+        return false;
+    }
+    const EditLock lock(path);
+    if (!lock.held(error)) {
+        return false;
+    }
     std::string problem;
     std::vector<LinkSpec> links = load_links(scope, &problem);
     if (!problem.empty()) {
@@ -398,7 +469,7 @@ bool delete_link(ConfigScope scope, const std::string& name, std::string* error)
         return false;
     }
     links.erase(removed, links.end());
-    return replace_file(config_path(scope), render_links(links), error);
+    return replace_file(path, render_links(links), error);
 }
 
 }  // namespace usiw

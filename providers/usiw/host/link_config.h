@@ -69,7 +69,9 @@ bool valid_link_name(const std::string& name, std::string* error);
 // Adds `link` to the scope's file: the name must be valid and unused in that
 // scope and the netdev must exist now. Writes a new file next to the old one
 // and renames it into place, creating the directory if needed, so readers
-// never see a partial file. On any error nothing changes.
+// never see a partial file; the read-modify-write holds an exclusive lock on
+// the directory, so concurrent edits (two `usiw link add` at once) all
+// survive. On any error nothing changes.
 bool add_link(ConfigScope scope, const LinkSpec& link, std::string* error);
 
 // Removes the link called `name` from the scope's file; an error if it is
