@@ -45,6 +45,7 @@
 #include <thread>
 #include <vector>
 
+#include "datapath/engine_scheduling.h"
 #include "host/device_stats.h"
 #include "wire/fpdu.h"
 #include "wire/rdmap.h"
@@ -74,8 +75,10 @@ const char* test_device() {
     const char* name = std::getenv("USIW_TEST_DEVICE");
     return name && *name ? name : "usiwdp0";
 }
-constexpr int kTimeoutMs = 5000;  // for anything that must happen
-constexpr int kQuietMs = 50;      // for anything that must not happen
+// For anything that must happen: only a failing test waits this long, and a
+// busy machine can delay what must happen by seconds.
+constexpr int kTimeoutMs = 30000;
+constexpr int kQuietMs = 50;  // for anything that must not happen
 constexpr uint8_t kGuard = 0xA5;
 constexpr int kAllAccess =
     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
@@ -2867,39 +2870,59 @@ const char* policy_name(int policy) {
 }
 
 // The engine's thread runs under SCHED_BATCH, so that its wake-ups for bulk
-// input do not preempt the thread producing it. When that delays input only
-// it can place (the target spins on memory and no CPU is free: here every
-// thread shares one CPU), it switches to SCHED_OTHER within a few rounds,
-// and back to SCHED_BATCH once the hold (1 s at first) has passed.
+// input do not preempt the thread producing it. After each round of work
+// left to it (nobody polled a CQ meanwhile) it reads how long it waited for
+// a CPU, and a run of late rounds switches it to SCHED_OTHER; after the
+// hold (1 s at first) it returns to SCHED_BATCH.
+//
+// That the kernel delays a SCHED_BATCH wake-up when no CPU is free is
+// Linux's part, measured in Documentation/performance.md; whether a given
+// round waits is up to the scheduler and to whatever else the machine runs,
+// so this test does not depend on it. ctest runs it with
+// USIW_ENGINE_LATE_US=0 (every round left to the engine counts as late):
+// usiw's part, finding the thread's rounds, reading their delay, switching
+// the real thread's policy and switching it back, then happens the same
+// way on an idle or a busy machine. The target spins on its memory, as
+// ib_write_lat's does, and never polls a CQ, so every round is left to the
+// engine. (BatchGovernor's rule itself: test_engine_scheduling.)
 void test_engine_thread_scheduling(void**) {
     if (access("/proc/self/schedstat", R_OK) != 0) {
         print_message(
             "  skipped: no /proc/self/schedstat, so the engine stays under SCHED_OTHER\n");
         return;
     }
+    const char* late = std::getenv("USIW_ENGINE_LATE_US");
+    EXPECT(late && std::strcmp(late, "0") == 0,
+           "run with USIW_ENGINE_LATE_US=0 (test_engine_thread_scheduling in ctest)");
     const Config c{false, 65536};
     Pair p = new_pair(c, QpOpts(), QpOpts(), 64);
     Buf src = new_buf(p.ha, 64);
     Buf dst = new_buf(p.hb, 64);
-    write_and_watch(p, src, dst, 1, "engine scheduling: bulk-friendly to start with",
-                    Watch::kSpinning);
+    // The thread sets its policy when it starts, and no traffic has been
+    // left to it yet.
+    where("engine scheduling: SCHED_BATCH to start with");
+    const auto started = Clock::now() + std::chrono::milliseconds(kTimeoutMs);
+    while (engine_thread_policy() != SCHED_BATCH && Clock::now() < started)
+        usleep(1000);
     EXPECT(engine_thread_policy() == SCHED_BATCH,
            "the progress thread runs under %s, not SCHED_BATCH",
            policy_name(engine_thread_policy()));
 
-    int rounds = 0;
-    {
-        OneCpu one_cpu;
-        while (engine_thread_policy() == SCHED_BATCH && rounds < 100)
-            write_and_watch(p, src, dst, 2 + rounds++,
-                            "engine scheduling: a spinning target on one CPU", Watch::kSpinning);
-    }
+    int writes = 0;
+    while (engine_thread_policy() == SCHED_BATCH && writes < 100)
+        write_and_watch(p, src, dst, 1 + writes++, "engine scheduling: rounds left to the engine",
+                        Watch::kSpinning);
     EXPECT(engine_thread_policy() == SCHED_OTHER,
-           "after %d WRITEs watched by a thread spinning on the engine's only CPU, the progress"
-           " thread still runs under %s",
-           rounds, policy_name(engine_thread_policy()));
-    print_message("  the progress thread left SCHED_BATCH after %d late WRITEs\n", rounds);
+           "after %d WRITEs placed by the engine, each a late round, the progress thread still"
+           " runs under %s",
+           writes, policy_name(engine_thread_policy()));
+    EXPECT(writes <= static_cast<int>(usiw::BatchGovernor::kLateInARow),
+           "the progress thread left SCHED_BATCH only after %d WRITEs (at most %u rounds"
+           " expected)",
+           writes, usiw::BatchGovernor::kLateInARow);
+    print_message("  the progress thread left SCHED_BATCH after %d WRITEs\n", writes);
 
+    // The hold is 1 s, the first switch of this process's engine.
     usleep(1'100'000);
     write_and_watch(p, src, dst, 200, "engine scheduling: back to SCHED_BATCH after the hold",
                     Watch::kSpinning);

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <initializer_list>
 
 #include "datapath/engine_scheduling.h"
 
@@ -118,6 +119,42 @@ void test_progress_lock_wait(void**) {
     }
 }
 
+// With a late threshold of 0 (USIW_ENGINE_LATE_US=0) every round left to
+// the engine is late, even one that did not wait at all: the switch comes
+// after exactly kLateInARow of them. Rounds the application could have
+// done still say nothing.
+void test_zero_threshold_counts_every_round(void**) {
+    BatchGovernor g(0);
+    uint64_t now = 1'000'000'000;
+    for (int i = 0; i < 100; ++i) {
+        now += 1000;
+        assert_false(g.after_round(false, 0, now));
+    }
+    assert_int_equal(rounds(g, BatchGovernor::kLateInARow - 1, 0, &now), 0);
+    assert_true(g.batch());
+    assert_int_equal(rounds(g, 1, 0, &now), 1);
+    assert_false(g.batch());
+    // The default threshold: rounds with no delay are on time.
+    BatchGovernor d;
+    assert_int_equal(rounds(d, 10 * BatchGovernor::kLateInARow, 0, &now), 0);
+    assert_true(d.batch());
+}
+
+// USIW_ENGINE_LATE_US: microseconds; unset or malformed means the default.
+void test_late_threshold_from_environment(void**) {
+    unsetenv("USIW_ENGINE_LATE_US");
+    assert_int_equal(usiw::engine_late_ns_from_environment(), BatchGovernor::kLateNs);
+    setenv("USIW_ENGINE_LATE_US", "0", 1);
+    assert_int_equal(usiw::engine_late_ns_from_environment(), 0);
+    setenv("USIW_ENGINE_LATE_US", "1000", 1);
+    assert_int_equal(usiw::engine_late_ns_from_environment(), 1'000'000);
+    for (const char* bad : {"-5", "12ms", "x", "99999999999999999999"}) {
+        setenv("USIW_ENGINE_LATE_US", bad, 1);
+        assert_int_equal(usiw::engine_late_ns_from_environment(), BatchGovernor::kLateNs);
+    }
+    unsetenv("USIW_ENGINE_LATE_US");
+}
+
 // USIW_ENGINE_SCHED's values; anything else means auto.
 void test_mode_from_environment(void**) {
     using usiw::EngineSchedMode;
@@ -140,6 +177,8 @@ int main(void) {
         cmocka_unit_test(test_hold_doubles_and_resets),
         cmocka_unit_test(test_progress_lock_wait),
         cmocka_unit_test(test_mode_from_environment),
+        cmocka_unit_test(test_zero_threshold_counts_every_round),
+        cmocka_unit_test(test_late_threshold_from_environment),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

@@ -9,12 +9,14 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -36,6 +38,7 @@ using namespace usiw::cm;
 
 struct ReaderThread {
     EventChannel* channel = nullptr;
+    std::atomic<pid_t> tid{0};
     bool idle = false;   // at SCHED_IDLE: runs only when its CPUs are otherwise idle
     int idle_error = 0;  // errno when it could not go idle
     std::atomic<bool> returned{false};
@@ -45,6 +48,7 @@ struct ReaderThread {
 
 void* read_one_event(void* arg) {
     auto* r = static_cast<ReaderThread*>(arg);
+    r->tid.store(gettid());
     sched_param no_priority{};
     if (r->idle && sched_setscheduler(0, SCHED_IDLE, &no_priority) != 0) {
         r->idle_error = errno;  // cmocka's checks belong to the main thread
@@ -61,14 +65,40 @@ bool fd_readable(int fd) {
     return poll(&p, 1, 0) == 1 && (p.revents & POLLIN);
 }
 
-// A new channel with a thread in channel_get on it, given the time to
-// block in read().
+// Whether thread `tid` of this process is blocked in read(2) on `fd`: the
+// kernel's /proc view of the system call it is in (number, then arguments
+// in hex).
+bool blocked_in_read(pid_t tid, int fd) {
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/self/task/%d/syscall", static_cast<int>(tid));
+    FILE* f = std::fopen(path, "r");
+    if (!f)
+        return false;
+    long number = -1;
+    unsigned long first_arg = 0;
+    const bool parsed = std::fscanf(f, "%ld %lx", &number, &first_arg) == 2;
+    std::fclose(f);
+    return parsed && number == SYS_read && first_arg == static_cast<unsigned long>(fd);
+}
+
+// A new channel with a thread in channel_get on it, blocked in read(): not
+// after a guessed time, which a loaded machine (or a reader at SCHED_IDLE)
+// can outlast, but once the kernel shows it waiting there.
 EventChannel* start_reader(ReaderThread* r) {
     EventChannel* c = channel_create();
     assert_non_null(c);
     r->channel = c;
     assert_int_equal(pthread_create(&r->thread, nullptr, read_one_event, r), 0);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!(r->tid.load() != 0 && blocked_in_read(r->tid.load(), c->channel.fd)) &&
+           std::chrono::steady_clock::now() < deadline) {
+        if (r->returned.load() || r->idle_error != 0)
+            break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (r->idle_error == 0 && !r->returned.load() &&
+        !(r->tid.load() != 0 && blocked_in_read(r->tid.load(), c->channel.fd)))
+        fail_msg("the reader did not block in read() within 60 s");
     return c;
 }
 
@@ -84,11 +114,11 @@ void expect_waiting_then_cancel(ReaderThread* r) {
     assert_int_equal(pthread_cancel(r->thread), 0);
     timespec deadline{};
     clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += 10;
+    deadline.tv_sec += 60;
     // A reader stuck elsewhere (on a freed channel's lock, say) would not
     // see the cancellation.
     if (pthread_timedjoin_np(r->thread, nullptr, &deadline) != 0)
-        fail_msg("the reader did not end within 10 s of its cancellation");
+        fail_msg("the reader did not end within 60 s of its cancellation");
 }
 
 // A reader takes the count of an event, the event is withdrawn (its id
@@ -118,7 +148,7 @@ void test_destroy_after_reader_woke_for_withdrawn_event(void**) {
         c->queue.push_back(event);
         const uint64_t count = 1;
         assert_int_equal(write(c->channel.fd, &count, sizeof count), sizeof count);
-        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
         while (fd_readable(c->channel.fd) && std::chrono::steady_clock::now() < deadline)
             std::this_thread::sleep_for(std::chrono::milliseconds(1));
         assert_false(fd_readable(c->channel.fd));  // the reader took the count

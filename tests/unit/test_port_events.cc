@@ -47,7 +47,7 @@ namespace {
 constexpr const char* kNetdev = "d0";
 constexpr const char* kPeer = "d0p";  // only with the veth fallback
 constexpr const char* kDevice = "usiw9";
-constexpr int kEventTimeoutMs = 5000;
+constexpr int kEventTimeoutMs = 30000;
 
 struct World {
     std::string skip_reason;  // non-empty: every test skips

@@ -52,7 +52,7 @@ constexpr uint32_t kVendorId = 0x757369;
 constexpr int kMaxSge = 6;
 constexpr int kMaxInline = 256;
 constexpr int kMaxOrdIrd = 128;
-constexpr int kEventTimeoutMs = 2000;
+constexpr int kEventTimeoutMs = 30000;
 
 // --- fixture: usiw0 opened, one PD ---
 

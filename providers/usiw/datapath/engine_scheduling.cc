@@ -27,7 +27,7 @@ bool BatchGovernor::after_round(bool found_work_left_to_engine, uint64_t run_del
     // says nothing, however late the thread ran.
     if (!found_work_left_to_engine)
         return false;
-    late_in_a_row_ = run_delay_ns >= kLateNs ? late_in_a_row_ + 1 : 0;
+    late_in_a_row_ = run_delay_ns >= late_ns_ ? late_in_a_row_ + 1 : 0;
     if (late_in_a_row_ < kLateInARow)
         return false;
     const bool lasted = since_ns_ != 0 && now_ns - since_ns_ >= kMaxHoldNs;
@@ -50,7 +50,22 @@ EngineSchedMode engine_sched_mode_from_environment() {
     return EngineSchedMode::kAuto;
 }
 
-EngineScheduling::EngineScheduling(EngineSchedMode mode) {
+uint64_t engine_late_ns_from_environment() {
+    const char* v = std::getenv("USIW_ENGINE_LATE_US");
+    if (!v || !*v)
+        return BatchGovernor::kLateNs;
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long us = std::strtoull(v, &end, 10);
+    if (errno != 0 || *end != '\0' || *v == '-' || us > UINT64_MAX / 1000) {
+        log_error("USIW_ENGINE_LATE_US=%s is not a number of microseconds: using %llu", v,
+                  static_cast<unsigned long long>(BatchGovernor::kLateNs / 1000));
+        return BatchGovernor::kLateNs;
+    }
+    return us * 1000;
+}
+
+EngineScheduling::EngineScheduling(EngineSchedMode mode, uint64_t late_ns) : governor_(late_ns) {
     if (mode == EngineSchedMode::kNormal)
         return;
     if (sched_getscheduler(0) != SCHED_OTHER) {

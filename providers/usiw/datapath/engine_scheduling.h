@@ -42,7 +42,8 @@ inline uint64_t monotonic_ns() {
 // The decision alone, without system calls.
 class BatchGovernor {
   public:
-    // A round that waited this long for a CPU was late...
+    // A round that waited this long for a CPU was late (the default of
+    // USIW_ENGINE_LATE_US)...
     static constexpr uint64_t kLateNs = 250'000;
     // ...and this many late rounds in a row mean SCHED_BATCH delays input.
     // (Under bulk input an odd round waits for a tick too; under
@@ -54,6 +55,8 @@ class BatchGovernor {
     static constexpr uint64_t kMinHoldNs = 1'000'000'000;
     static constexpr uint64_t kMaxHoldNs = 64'000'000'000;
 
+    explicit BatchGovernor(uint64_t late_ns = kLateNs) : late_ns_(late_ns) {}
+
     bool batch() const { return batch_; }
     // After a round of the engine's work, at `now_ns`: whether it found work
     // that was left to it (no application thread polled meanwhile), and how
@@ -64,6 +67,7 @@ class BatchGovernor {
     uint64_t hold_ns() const { return hold_ns_; }
 
   private:
+    uint64_t late_ns_;
     bool batch_ = true;
     unsigned late_in_a_row_ = 0;
     uint64_t hold_ns_ = 0;   // 0: never switched to the default policy
@@ -105,12 +109,19 @@ class ProgressLockWait {
 enum class EngineSchedMode { kAuto, kBatch, kNormal };
 EngineSchedMode engine_sched_mode_from_environment();
 
+// USIW_ENGINE_LATE_US: how long a round of the engine's work may wait for a
+// CPU before it counts as late (BatchGovernor::kLateNs by default). 0 counts
+// every round left to the engine as late: the policy then switches after
+// kLateInARow such rounds whatever the machine's load, which is what the
+// test of the engine thread's scheduling uses.
+uint64_t engine_late_ns_from_environment();
+
 // The engine thread's side: applies the governor's decisions to the calling
 // thread. Create it in the engine thread. A thread that did not start under
 // SCHED_OTHER (the application chose a policy) is left as it is.
 class EngineScheduling {
   public:
-    explicit EngineScheduling(EngineSchedMode mode);
+    EngineScheduling(EngineSchedMode mode, uint64_t late_ns);
     ~EngineScheduling();
     EngineScheduling(const EngineScheduling&) = delete;
     EngineScheduling& operator=(const EngineScheduling&) = delete;

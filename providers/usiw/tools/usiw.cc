@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cm/knobs.h"
+#include "datapath/engine_scheduling.h"
 #include "datapath/stream_state.h"
 #include "host/device_stats.h"
 #include "host/link_config.h"
@@ -165,6 +166,13 @@ void print_tuning() {
         "thread sending it; auto does so too, but switches to the default policy for a "
         "while when that keeps data waiting that only this thread can place (a target "
         "spinning on memory with no CPU free)",
+        6);
+    std::printf("  USIW_ENGINE_LATE_US = microseconds, default %llu\n",
+                static_cast<unsigned long long>(usiw::BatchGovernor::kLateNs / 1000));
+    print_wrapped(
+        "auto's measure: a round of the progress thread's work that waited this long "
+        "for a CPU was late, and 4 late rounds in a row switch it to the default policy "
+        "(0: every round counts as late)",
         6);
     std::printf("  USIW_DEBUG = 1, or VERBS_LOG_LEVEL = 1..4\n");
     print_wrapped(
