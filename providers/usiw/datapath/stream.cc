@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "datapath/datapath.h"
-#include "datapath/engine.h"
+#include "datapath/progress.h"
 #include "verbs/log.h"
 #include "verbs/verbs.h"
 

@@ -19,7 +19,7 @@
 #include <cstring>
 
 #include "datapath/datapath.h"
-#include "datapath/engine.h"
+#include "datapath/progress.h"
 #include "verbs/log.h"
 
 namespace usiw {

@@ -26,7 +26,7 @@
 #include <cstring>
 
 #include "datapath/datapath.h"
-#include "datapath/engine.h"
+#include "datapath/progress.h"
 #include "verbs/log.h"
 
 namespace usiw {

@@ -1,4 +1,4 @@
-#include "datapath/engine.h"
+#include "datapath/progress.h"
 
 #include <poll.h>
 #include <pthread.h>
