@@ -17,9 +17,9 @@
 #include "cm/engine.h"
 #include "cm/id.h"
 #include "cm/kernel.h"
+#include "datapath/attach.h"
 #include "glue/provider.h"
 #include "verbs/log.h"
-#include "verbs/stream.h"
 
 namespace usiw::cm {
 

@@ -24,7 +24,7 @@
 #include "cm/id.h"
 #include "cm/knobs.h"
 #include "cm/negotiation.h"
-#include "verbs/stream.h"
+#include "datapath/attach.h"
 
 namespace usiw::cm {
 

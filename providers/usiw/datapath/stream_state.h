@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include "verbs/stream.h"
+#include "datapath/attach.h"
 #include "wire/fpdu.h"
 
 namespace usiw {

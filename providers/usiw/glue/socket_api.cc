@@ -5,8 +5,8 @@
 // header yet: callers declare the function themselves.
 #include <cerrno>
 
+#include "datapath/attach.h"
 #include "glue/provider.h"
-#include "verbs/stream.h"
 
 extern "C" int usiw_qp_attach_socket(ibv_qp* ibqp, int fd, int initiator, int crc,
                                      unsigned max_fpdu) {

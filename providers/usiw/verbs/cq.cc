@@ -4,8 +4,8 @@
 #include <cerrno>
 #include <new>
 
+#include "datapath/attach.h"
 #include "verbs/log.h"
-#include "verbs/stream.h"
 #include "verbs/verbs.h"
 
 namespace usiw {

@@ -6,8 +6,8 @@
 #include <cstring>
 #include <new>
 
+#include "datapath/attach.h"
 #include "verbs/log.h"
-#include "verbs/stream.h"
 #include "verbs/verbs.h"
 
 namespace usiw {
