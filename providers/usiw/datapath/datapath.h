@@ -4,7 +4,7 @@
 #include <span>
 #include <vector>
 
-#include "datapath/stream_state.h"
+#include "datapath/stream.h"
 
 namespace usiw {
 

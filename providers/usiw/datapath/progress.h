@@ -11,7 +11,7 @@
 // for it could still be seen.
 #pragma once
 
-#include "datapath/stream_state.h"
+#include "datapath/stream.h"
 
 namespace usiw {
 

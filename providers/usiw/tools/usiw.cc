@@ -20,7 +20,7 @@
 
 #include "cm/knobs.h"
 #include "datapath/engine_scheduling.h"
-#include "datapath/stream_state.h"
+#include "datapath/stream.h"
 #include "host/device_stats.h"
 #include "host/link_config.h"
 #include "host/netdev.h"
