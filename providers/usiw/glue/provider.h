@@ -4,8 +4,8 @@
 
 #include <span>
 
-#include "glue/rdma_core_abi.h"
 #include "verbs/device.h"
+#include "verbs/rdma_core_abi.h"
 
 namespace usiw {
 

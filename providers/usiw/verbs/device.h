@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "glue/rdma_core_abi.h"
 #include "host/device_stats.h"
 #include "host/netdev.h"
+#include "verbs/rdma_core_abi.h"
 
 namespace usiw {
 

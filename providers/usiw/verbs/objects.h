@@ -20,9 +20,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "glue/rdma_core_abi.h"
 #include "mem/stag_table.h"
 #include "verbs/device.h"
+#include "verbs/rdma_core_abi.h"
 #include "verbs/ring.h"
 
 namespace usiw {
