@@ -124,9 +124,7 @@ enum class ZeroCopy : uint8_t { kNever, kAuto, kAlways };
 struct TxMessage {
     bool active = false;
     uint64_t inflight_seq = 0;
-    wire::SegmentHeader first{};
-    size_t size = 0;
-    size_t sent = 0;
+    wire::MessageSegmenter segments;          // the headers and sizes of its segments
     std::array<iovec, kMaxSendSge> source{};  // resolved payload (or the inline copy)
     uint32_t source_count = 0;
     wire::PayloadCursor cursor{};

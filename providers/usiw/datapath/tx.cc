@@ -68,12 +68,14 @@ bool add_read_response(Stream* s, bool* finished = nullptr) {
             return false;
         r = s->irq.front();
     }
-    wire::SegmentHeader h;
-    h.opcode = wire::Opcode::kReadResponse;
-    h.stag = r.sink_stag;
-    h.to = r.sink_to + r.sent;
-    const size_t size = std::min<size_t>(r.size - r.sent, max_payload(s, wire::kTaggedHeaderSize));
-    h.last = r.sent + size == r.size;
+    wire::SegmentHeader first;
+    first.opcode = wire::Opcode::kReadResponse;
+    first.stag = r.sink_stag;
+    first.to = r.sink_to;
+    const wire::MessageSegmenter segments(first, r.size, max_payload(s, first.header_size()),
+                                          r.sent);
+    size_t size = 0;
+    const wire::SegmentHeader h = segments.peek(&size);
     iovec source{const_cast<std::byte*>(r.source) + r.sent, size};
     wire::PayloadCursor cursor{{&source, 1}};
     if (!add_fpdu(s, h, cursor, size))
@@ -189,7 +191,6 @@ Start start_next_wqe(Stream* s, bool direct) {
     TxMessage& m = s->message;
     m = TxMessage{};
     m.inflight_seq = seq;
-    m.size = message_size(w);
     if (w.send_flags & IBV_SEND_INLINE) {
         s->batch->has_inline = true;
         std::memcpy(m.inline_copy.data(), w.inline_data, w.inline_length);
@@ -207,7 +208,7 @@ Start start_next_wqe(Stream* s, bool direct) {
     }
     m.cursor = wire::PayloadCursor{{m.source.data(), m.source_count}};
 
-    wire::SegmentHeader& h = m.first;
+    wire::SegmentHeader h;
     if (w.opcode == IBV_WR_RDMA_WRITE) {
         h.opcode = wire::Opcode::kRdmaWrite;
         h.stag = w.rkey;
@@ -220,6 +221,7 @@ Start start_next_wqe(Stream* s, bool direct) {
         h.inval_stag = w.invalidate_rkey;
         h.msn = s->send_msn++;
     }
+    m.segments = wire::MessageSegmenter(h, message_size(w), max_payload(s, h.header_size()));
     m.active = true;
     return Start::kStarted;
 }
@@ -227,16 +229,11 @@ Start start_next_wqe(Stream* s, bool direct) {
 // Frames the current message's next segment.
 bool add_message_segment(Stream* s) {
     TxMessage& m = s->message;
-    wire::SegmentHeader h = m.first;
-    const size_t size = std::min(m.size - m.sent, max_payload(s, h.header_size()));
-    if (h.tagged())
-        h.to += m.sent;
-    else
-        h.mo = static_cast<uint32_t>(m.sent);
-    h.last = m.sent + size == m.size;
+    size_t size = 0;
+    const wire::SegmentHeader h = m.segments.peek(&size);
     if (!add_fpdu(s, h, m.cursor, size))
         return false;
-    m.sent += size;
+    m.segments.take(size);
     if (h.last) {
         s->batch->completes.push_back(m.inflight_seq);
         m.active = false;
@@ -283,7 +280,7 @@ void fill_batch(Stream* s, bool direct) {
         return;
     while (batch_has_room(s)) {
         const TxMessage& m = s->message;
-        const bool write_midway = m.active && m.first.tagged() && m.sent > 0;
+        const bool write_midway = m.active && m.segments.first().tagged() && m.segments.sent() > 0;
         bool sq_waiting;
         {
             std::lock_guard lock(s->qp->sq_mutex);
