@@ -178,27 +178,9 @@ void stream_fail(Stream* s, StreamEnd why, int error) {
 
 void stream_terminate(Stream* s, const wire::TermCause& cause,
                       std::span<const std::byte> offending) {
-    // RFC 5040 figure 10: which parts of the offending FPDU go back.
-    wire::TerminateFields f;
-    f.cause = cause;
-    const bool has_header = offending.size() >= wire::kControlSize;
-    const bool ddp_layer =
-        cause.layer == wire::TermLayer::kDdp && cause.etype != wire::term::kDdpLocalCatastrophic;
-    const bool rdmap_remote = cause.layer == wire::TermLayer::kRdmap &&
-                              cause.etype != wire::term::kRdmapLocalCatastrophic;
-    f.has_ulpdu_length = f.has_ddp_header = has_header && (ddp_layer || rdmap_remote);
-    const bool read_request =
-        has_header && (std::to_integer<uint8_t>(offending[3]) & wire::kRdmapOpcodeMask) ==
-                          static_cast<uint8_t>(wire::Opcode::kReadRequest);
-    f.has_rdmap_header = read_request && cause.etype == wire::term::kRdmapRemoteProtection &&
-                         cause.layer == wire::TermLayer::kRdmap;
-
+    const wire::TerminateFields f = wire::terminate_fields(cause, offending);
     std::byte payload[wire::kMaxTerminatePayload];
-    size_t payload_size = wire::encode_terminate_payload(f, offending, payload);
-    if (payload_size == 0 && (f.has_ddp_header || f.has_rdmap_header)) {
-        f.has_ulpdu_length = f.has_ddp_header = f.has_rdmap_header = false;
-        payload_size = 0;
-    }
+    const size_t payload_size = wire::encode_terminate_payload(f, offending, payload);
     wire::SegmentHeader h;
     h.opcode = wire::Opcode::kTerminate;
     h.msn = 1;
@@ -218,14 +200,9 @@ void stream_terminate(Stream* s, const wire::TermCause& cause,
     count(s->context->device->stats->terminates_sent);
     // A request that broke memory protection is the responder's "local
     // access violation" (IBV_EVENT_QP_ACCESS_ERR); anything else is fatal.
-    const bool protection =
-        (cause.layer == wire::TermLayer::kRdmap &&
-         cause.etype == wire::term::kRdmapRemoteProtection) ||
-        cause == wire::term::kAccessRights ||
-        (cause.layer == wire::TermLayer::kDdp && cause.etype == wire::term::kDdpTaggedBuffer &&
-         cause != wire::term::kTaggedDdpVersion);
-    s->context->post_async_event(reinterpret_cast<uintptr_t>(&s->qp->vqp.qp),
-                                 protection ? IBV_EVENT_QP_ACCESS_ERR : IBV_EVENT_QP_FATAL);
+    s->context->post_async_event(
+        reinterpret_cast<uintptr_t>(&s->qp->vqp.qp),
+        wire::term_cause_is_protection(cause) ? IBV_EVENT_QP_ACCESS_ERR : IBV_EVENT_QP_FATAL);
     stream_fail(s, StreamEnd::kTerminateSent, ECONNABORTED);
     stream_queue_terminate(s, std::move(fpdu));
 }

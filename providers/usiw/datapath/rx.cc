@@ -29,36 +29,6 @@ constexpr uint8_t kSmallRunEndsInPlace = 4;
 using wire::Opcode;
 namespace term = wire::term;
 
-wire::TermCause tagged_cause(StagError e) {
-    switch (e) {
-        case StagError::kInvalidStag:
-            return term::kTaggedInvalidStag;
-        case StagError::kWrongPd:
-            return term::kTaggedStagNotAssociated;
-        case StagError::kAccessRights:
-            return term::kAccessRights;  // DDP has no code for rights: RDMAP's
-        case StagError::kToWrap:
-            return term::kTaggedToWrap;
-        default:
-            return term::kTaggedBaseBounds;
-    }
-}
-
-wire::TermCause read_source_cause(StagError e) {
-    switch (e) {
-        case StagError::kInvalidStag:
-            return term::kInvalidStag;
-        case StagError::kWrongPd:
-            return term::kStagNotAssociated;
-        case StagError::kAccessRights:
-            return term::kAccessRights;
-        case StagError::kToWrap:
-            return term::kToWrap;
-        default:
-            return term::kBaseBounds;
-    }
-}
-
 // Copies `data` to byte `offset` of a scatter list.
 void scatter(const LocalSegment* segs, uint32_t count, uint64_t offset,
              std::span<const std::byte> data) {
@@ -192,10 +162,11 @@ class Receiver {
         if (!(qp_->access_flags & IBV_ACCESS_REMOTE_WRITE))
             return fault(term::kAccessRights, "RDMA Write to a QP without remote write access");
         uintptr_t addr = 0;
-        const StagError e =
+        const wire::StagError e =
             s_->context->stags.check(h.stag, qp_->pd, h.to, size, IBV_ACCESS_REMOTE_WRITE, &addr);
-        if (e != StagError::kNone)
-            return fault(tagged_cause(e), stag_error_message(e));
+        if (e != wire::StagError::kNone)
+            return fault(wire::stag_error_cause(e, wire::StagUse::kTaggedSink),
+                         wire::stag_error_message(e));
         s_->rx_dest = Stream::RxDest::kContiguous;
         s_->rx_ptr = reinterpret_cast<std::byte*>(addr);
     }
@@ -280,9 +251,9 @@ class Receiver {
             for (uint32_t i = 0; i < s_->rx_wqe.num_sge; ++i) {
                 const ibv_sge& sge = s_->rx_wqe.sge[i];
                 uintptr_t addr = 0;
-                if (sge.length > 0 &&
-                    s_->context->stags.check(sge.lkey, qp_->pd, sge.addr, sge.length,
-                                             IBV_ACCESS_LOCAL_WRITE, &addr) != StagError::kNone) {
+                if (sge.length > 0 && s_->context->stags.check(sge.lkey, qp_->pd, sge.addr,
+                                                               sge.length, IBV_ACCESS_LOCAL_WRITE,
+                                                               &addr) != wire::StagError::kNone) {
                     complete_recv(IBV_WC_LOC_PROT_ERR, 0, 0, 0, false);
                     return fault(term::kRdmapCatastrophic, "receive buffer fails its lkey check");
                 }
@@ -308,10 +279,11 @@ class Receiver {
             if (!(qp_->access_flags & IBV_ACCESS_REMOTE_READ))
                 return fault(term::kAccessRights, "RDMA Read from a QP without remote read access");
             uintptr_t addr = 0;
-            const StagError e = s_->context->stags.check(
+            const wire::StagError e = s_->context->stags.check(
                 r.source_stag, qp_->pd, r.source_to, r.read_size, IBV_ACCESS_REMOTE_READ, &addr);
-            if (e != StagError::kNone)
-                return fault(read_source_cause(e), stag_error_message(e));
+            if (e != wire::StagError::kNone)
+                return fault(wire::stag_error_cause(e, wire::StagUse::kReadSource),
+                             wire::stag_error_message(e));
             source = reinterpret_cast<const std::byte*>(addr);
         }
         bool over_ird = false;
@@ -399,10 +371,10 @@ class Receiver {
         const bool invalidate =
             h.opcode == Opcode::kSendInvalidate || h.opcode == Opcode::kSendSeInvalidate;
         if (invalidate) {
-            const StagError e = s_->context->stags.invalidate(h.inval_stag, qp_->pd);
-            if (e != StagError::kNone) {
+            const wire::StagError e = s_->context->stags.invalidate(h.inval_stag, qp_->pd);
+            if (e != wire::StagError::kNone) {
                 complete_recv(IBV_WC_REM_INV_REQ_ERR, 0, 0, 0, false);
-                return fault(term::kCannotInvalidate, stag_error_message(e));
+                return fault(term::kCannotInvalidate, wire::stag_error_message(e));
             }
             flags |= IBV_WC_WITH_INV;
         }
@@ -422,10 +394,7 @@ class Receiver {
                   cause ? cause : "undefined cause", decoded ? "" : " (payload not decodable)");
         // A READ still waiting for its response is the request the peer
         // refused: it completes with the remote error, not as flushed.
-        const wire::TermCause& c = h.terminate.cause;
-        const bool remote_access =
-            (c.layer == wire::TermLayer::kRdmap && c.etype == term::kRdmapRemoteProtection) ||
-            (c.layer == wire::TermLayer::kDdp && c.etype == term::kDdpTaggedBuffer);
+        const bool remote_access = wire::term_cause_is_protection(h.terminate.cause);
         // The READ at fault is the one whose Read Request the TERMINATE
         // copies back (R flag); without that copy, the oldest outstanding
         // one; none when the copied DDP header shows another message (a

@@ -105,7 +105,7 @@ bool resolve_sges(Stream* s, const SendWqe& w, unsigned access, LocalSegment* ou
         uintptr_t addr = 0;
         const ibv_sge& sge = w.sge[i];
         if (s->context->stags.check(sge.lkey, s->qp->pd, sge.addr, sge.length, access, &addr) !=
-            StagError::kNone)
+            wire::StagError::kNone)
             return false;
         out[i] = {reinterpret_cast<std::byte*>(addr), sge.length, sge.lkey};
     }
