@@ -17,7 +17,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "verbs/verbs.h"
+#include "datapath/datapath.h"
 
 // cmocka last: it defines macros (fail, skip) that clash with the standard
 // library's names. cmocka 1.1.5 declares its functions without extern "C".

@@ -20,6 +20,7 @@
 #include "datapath/attach.h"
 #include "glue/provider.h"
 #include "verbs/log.h"
+#include "verbs/verbs.h"
 
 namespace usiw::cm {
 

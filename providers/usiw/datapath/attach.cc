@@ -1,95 +1,39 @@
-// A QP's stream from attachment to its end: work in flight and its
-// completions in posting order, orderly disconnect, failure and TERMINATE,
-// and the hooks the verbs layer calls when a QP errors or is destroyed.
+// A stream's life on its QP: attachment (connection management hands over
+// a connected socket), orderly disconnect, its end on a failure, and what
+// the verbs layer does to it when the application moves the QP to ERR or
+// RESET or destroys it. The completions an end produces are completion.cc's.
+#include "datapath/attach.h"
+
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <mutex>
 #include <new>
 #include <thread>
 
+#include "datapath/completion.h"
 #include "datapath/datapath.h"
 #include "datapath/progress.h"
+#include "datapath/stream.h"
 #include "verbs/log.h"
-#include "verbs/verbs.h"
 
 namespace usiw {
 
 namespace {
 
-// Delivers the completions at the front that are done. Called with
-// completion_mutex held.
-void deliver_in_order(Stream* s) {
-    Qp* qp = s->qp;
-    while (!s->inflight.empty() && s->inflight.front().done) {
-        const InflightWqe& w = s->inflight.front();
-        if (w.signaled || w.status != IBV_WC_SUCCESS) {
-            ibv_wc wc{};
-            wc.wr_id = w.wr_id;
-            wc.status = w.status;
-            wc.opcode = w.opcode;
-            wc.byte_len = w.byte_len;
-            wc.qp_num = qp->vqp.qp.qp_num;
-            cq_push(qp->send_cq, wc, false);
-        }
-        s->inflight.pop_front();
-        ++s->inflight_base;
-    }
-}
-
-// Everything still in flight completes: finished work normally, the rest
-// flushed. Outstanding reads and their mappings go. Called with
-// completion_mutex held.
-void flush_inflight(Stream* s, bool keep_inbound_reads) {
-    // Verbs order: once a work request is flushed, every later one is too,
-    // even one that had already gone out but waited behind it.
-    bool flushing = false;
-    for (InflightWqe& w : s->inflight) {
-        flushing = flushing || !w.done;
-        if (flushing) {
-            w.done = true;
-            if (w.status == IBV_WC_SUCCESS)
-                w.status = IBV_WC_WR_FLUSH_ERR;
-        }
-    }
-    deliver_in_order(s);
-    // A receive already bound to a Send that will never finish comes first
-    // among the flushed receives.
-    if (s->rx_have_wqe) {
-        s->rx_have_wqe = false;
-        ibv_wc wc{};
-        wc.wr_id = s->rx_wqe.wr_id;
-        wc.status = IBV_WC_WR_FLUSH_ERR;
-        wc.opcode = IBV_WC_RECV;
-        wc.qp_num = s->qp->vqp.qp.qp_num;
-        cq_push(s->qp->recv_cq, wc, false);
-    }
-    for (const OutboundRead& r : s->orq)
-        if (r.mapped)
-            s->context->stags.remove(r.sink_stag);
-    s->orq.clear();
-    if (!keep_inbound_reads)
-        s->irq.clear();
-}
-
-// Marks the stream ended and flushes what is in flight (completing it when
-// `deliver`; a QP being destroyed gets no completions). Returns false if it
-// had already ended. Called with the QP's state_mutex held.
-// A TERMINATE we send keeps the Read Requests accepted before the fault:
-// their responses go out ahead of it (`keep_inbound_reads`).
+// Marks the stream ended, shuts its socket down (`how`) and flushes what is
+// in flight (stream_flush: with completions when `deliver`; a QP being
+// destroyed gets none). Returns false if it had already ended. Called with
+// the QP's state_mutex held.
 bool end_locked(Stream* s, int how, bool deliver = true, bool keep_inbound_reads = false) {
     if (s->ended.exchange(true))
         return false;
     shutdown(s->fd, how);
-    std::lock_guard lock(s->completion_mutex);
-    if (!deliver) {
-        s->inflight.clear();
-        s->inflight_base = 0;
-        s->rx_have_wqe = false;
-    }
-    flush_inflight(s, keep_inbound_reads);
+    stream_flush(s, deliver, keep_inbound_reads);
     return true;
 }
 
@@ -100,52 +44,12 @@ void notify_observer(Stream* s, StreamEnd why, int error) {
 
 }  // namespace
 
-uint64_t inflight_push(Stream* s, const SendWqe& wqe) {
-    std::lock_guard lock(s->completion_mutex);
-    InflightWqe w;
-    w.wr_id = wqe.wr_id;
-    w.opcode = wc_opcode_for(wqe.opcode);
-    w.signaled = s->qp->sq_sig_all || (wqe.send_flags & IBV_SEND_SIGNALED);
-    s->inflight.push_back(w);
-    return s->inflight_base + s->inflight.size() - 1;
-}
-
-void inflight_complete(Stream* s, std::span<const uint64_t> seqs, uint32_t byte_len) {
-    if (seqs.empty())
-        return;
-    std::lock_guard lock(s->completion_mutex);
-    for (uint64_t seq : seqs) {
-        if (seq < s->inflight_base || seq - s->inflight_base >= s->inflight.size())
-            continue;
-        InflightWqe& w = s->inflight[seq - s->inflight_base];
-        w.done = true;
-        if (w.opcode == IBV_WC_RDMA_READ)
-            w.byte_len = byte_len;
-    }
-    deliver_in_order(s);
-}
-
-void inflight_mark_failed(Stream* s, uint64_t seq, ibv_wc_status status) {
-    std::lock_guard lock(s->completion_mutex);
-    if (seq >= s->inflight_base && seq - s->inflight_base < s->inflight.size()) {
-        InflightWqe& w = s->inflight[seq - s->inflight_base];
-        w.done = true;
-        w.status = status;
-    }
-}
-
-void inflight_fail(Stream* s, uint64_t seq, ibv_wc_status status) {
-    inflight_mark_failed(s, seq, status);
-    // A local error breaks the connection: the peer learns why.
-    log_debug("QP %u: local error %s", s->qp->vqp.qp.qp_num, ibv_wc_status_str(status));
-    stream_terminate(s, wire::term::kRdmapCatastrophic, {});
-}
-
 void stream_fail(Stream* s, StreamEnd why, int error) {
     if (s->ended.load())
         return;
     // Work the kernel has already released (zero-copy notifications not yet
-    // collected) completes as done, not flushed.
+    // collected) completes as done, not flushed. Transmission does not
+    // resume: the stream is ending.
     if (stream_zerocopy_waiting(s))
         stream_reap_zerocopy(s);
     // A transmitter in another thread may have written a batch and not yet
@@ -165,7 +69,7 @@ void stream_fail(Stream* s, StreamEnd why, int error) {
         const bool terminating = why == StreamEnd::kTerminateSent;
         ended_now = end_locked(s, terminating ? SHUT_RD : SHUT_RDWR, true, terminating);
         if (ended_now && qp->state != IBV_QPS_ERR)
-            qp_enter_error(qp);
+            qp_enter_error(qp);  // work in flight completed first, then what is queued
     }
     if (tx.owns_lock())
         tx.unlock();  // the observer may queue transmission (a DISCONNECT)
@@ -174,37 +78,6 @@ void stream_fail(Stream* s, StreamEnd why, int error) {
     log_debug("QP %u: stream ended (%d, %s)", qp->vqp.qp.qp_num, static_cast<int>(why),
               error ? strerror(error) : "no error");
     notify_observer(s, why, error);
-}
-
-void stream_terminate(Stream* s, const wire::TermCause& cause,
-                      std::span<const std::byte> offending) {
-    const wire::TerminateFields f = wire::terminate_fields(cause, offending);
-    std::byte payload[wire::kMaxTerminatePayload];
-    const size_t payload_size = wire::encode_terminate_payload(f, offending, payload);
-    wire::SegmentHeader h;
-    h.opcode = wire::Opcode::kTerminate;
-    h.msn = 1;
-    h.terminate = f;
-    iovec source{payload, payload_size};
-    wire::PayloadCursor cursor{{&source, 1}};
-    wire::FpduFramer framer;
-    iovec iov[wire::FpduFramer::iov_count(1)];
-    const size_t n =
-        framer.frame(h, cursor, payload_size, s->params.crc, iov, s->params.terminate_layout);
-    std::vector<std::byte> fpdu;
-    fpdu.reserve(framer.wire_size());
-    for (size_t i = 0; i < n; ++i) {
-        auto* p = static_cast<const std::byte*>(iov[i].iov_base);
-        fpdu.insert(fpdu.end(), p, p + iov[i].iov_len);
-    }
-    count(s->context->device->stats->terminates_sent);
-    // A request that broke memory protection is the responder's "local
-    // access violation" (IBV_EVENT_QP_ACCESS_ERR); anything else is fatal.
-    s->context->post_async_event(
-        reinterpret_cast<uintptr_t>(&s->qp->vqp.qp),
-        wire::term_cause_is_protection(cause) ? IBV_EVENT_QP_ACCESS_ERR : IBV_EVENT_QP_FATAL);
-    stream_fail(s, StreamEnd::kTerminateSent, ECONNABORTED);
-    stream_queue_terminate(s, std::move(fpdu));
 }
 
 int qp_attach_stream(Qp* qp, StreamParams&& params, StreamObserver* observer) {
@@ -264,42 +137,12 @@ void qp_disconnect(Qp* qp) {
     stream_transmit(s, true);
 }
 
-Qp* find_qp(Context* ctx, uint32_t qp_num) {
-    std::lock_guard lock(ctx->objects_mutex);
-    auto it = ctx->qps.find(qp_num);
-    return it == ctx->qps.end() ? nullptr : it->second;
-}
-
-void qp_transmit(Qp* qp) {
-    // The application owns the QP for the duration of post_send, so the
-    // stream cannot be destroyed under us.
-    Stream* s = qp->stream.load();
-    if (s && !s->dead.load())
-        stream_transmit(s, true);
-}
-
-void cq_progress(Cq* cq) {
-    {
-        std::lock_guard lock(cq->qps_mutex);
-        for (Qp* qp : cq->qps) {
-            Stream* s = qp->stream.load();
-            if (s && !s->dead.load() && !s->ended.load() && cq == qp->send_cq &&
-                stream_zerocopy_waiting(s))
-                stream_reap_zerocopy(s);
-        }
-    }
-    engine_poll();
-}
-
-void cq_stop_polling(Cq*) {
-    engine_app_sleeping();
-}
-
 void qp_stream_error(Qp* qp) {
-    Stream* s = qp->stream;
-    if (!s || !end_locked(s, SHUT_RDWR))
-        return;
-    notify_observer(s, StreamEnd::kLocalDisconnect, 0);
+    Stream* s = qp->stream.load();
+    const bool ended_now = s && end_locked(s, SHUT_RDWR);
+    if (ended_now)
+        notify_observer(s, StreamEnd::kLocalDisconnect, 0);
+    qp_enter_error(qp);  // work in flight completed first, then what is queued
 }
 
 void qp_stream_reset(Qp* qp) {

@@ -1,4 +1,5 @@
-// The boundary between connection management and the datapath.
+// A connected stream on a QP: how connection management attaches one and
+// hears of its end, and what the verbs layer's QP state changes do to it.
 //
 // Connection management (cm/) establishes a TCP connection, runs the MPA
 // exchange and negotiates the stream's parameters; it then hands the
@@ -63,26 +64,16 @@ int qp_attach_stream(Qp* qp, StreamParams&& params, StreamObserver* observer);
 // once; the observer hears stream_ended(kLocalDisconnect) when done.
 void qp_disconnect(Qp* qp);
 
-// The QP with this number in `ctx`, or nullptr (rdma_connect/accept may
-// name a QP by number when the application created it itself).
-Qp* find_qp(Context* ctx, uint32_t qp_num);
-
-// Hooks of the verbs layer into the datapath. qp_stream_error: the QP is
-// entering ERR (state_mutex held); its stream ends and flushes.
-// qp_stream_destroy: the QP is being destroyed; its stream is cut off
-// without completions. qp_transmit: work was posted.
-void qp_stream_error(Qp* qp);
-void qp_stream_destroy(Qp* qp);
-// The QP is being reset (state_mutex held): its stream ends without
+// What the verbs layer does to a QP's stream, with qp->state_mutex held
+// (destroy: without). qp_stream_error: the application moved the QP to
+// ERR; its stream ends (the observer hears kLocalDisconnect) and its work
+// flushes, in flight first, then what is queued (qp_enter_error).
+// qp_stream_reset: the QP is being reset; its stream ends without
 // completions and is detached, so the QP can take a new connection.
+// qp_stream_destroy: the QP is being destroyed; its streams are cut off
+// without completions and freed once no thread can reach them.
+void qp_stream_error(Qp* qp);
 void qp_stream_reset(Qp* qp);
-void qp_transmit(Qp* qp);
-// poll_cq found its CQ empty: collects its QPs' zero-copy notifications and
-// does one round of the engine's work in the calling thread (engine_poll),
-// so a polling application need not wait for the engine's thread to wake.
-void cq_progress(Cq* cq);
-// The application armed the CQ, to sleep until a completion: the engine
-// must watch its QPs' sockets again rather than leave input to poll_cq.
-void cq_stop_polling(Cq* cq);
+void qp_stream_destroy(Qp* qp);
 
 }  // namespace usiw

@@ -13,8 +13,8 @@
 
 #include "datapath/datapath.h"
 #include "datapath/engine_scheduling.h"
+#include "datapath/stream.h"
 #include "verbs/log.h"
-#include "verbs/verbs.h"
 
 namespace usiw {
 
@@ -174,8 +174,10 @@ class Engine {
             if (s->dead.load())
                 continue;  // retired after this batch was fetched
             count(s->context->device->stats->*counter);
-            if (events[i].events & EPOLLERR)
-                stream_reap_zerocopy(s);  // zero-copy notifications wait
+            // Zero-copy notifications wait; the work they release may let
+            // a paused transmitter resume.
+            if ((events[i].events & EPOLLERR) && stream_reap_zerocopy(s))
+                stream_transmit(s, false);
             if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
                 stream_receive(s);
             if ((events[i].events & EPOLLOUT) && !s->dead.load())
@@ -240,6 +242,23 @@ bool engine_poll() {
 }
 void engine_app_sleeping() {
     engine().app_sleeping();
+}
+
+void cq_progress(Cq* cq) {
+    {
+        std::lock_guard lock(cq->qps_mutex);
+        for (Qp* qp : cq->qps) {
+            Stream* s = qp->stream.load();
+            if (s && !s->dead.load() && !s->ended.load() && cq == qp->send_cq &&
+                stream_zerocopy_waiting(s) && stream_reap_zerocopy(s))
+                stream_transmit(s, false);
+        }
+    }
+    engine_poll();
+}
+
+void cq_stop_polling(Cq*) {
+    engine_app_sleeping();
 }
 
 }  // namespace usiw

@@ -11,7 +11,7 @@
 // for it could still be seen.
 #pragma once
 
-#include "datapath/stream.h"
+#include "verbs/objects.h"
 
 namespace usiw {
 
@@ -30,8 +30,13 @@ bool engine_poll();
 // thread takes over the work at once.
 void engine_app_sleeping();
 
-// The work the engine calls (tx.cc, rx.cc).
-void stream_receive(Stream* stream);
-void stream_transmit(Stream* stream, bool direct);
+// For the verbs layer. poll_cq found its CQ empty: collects its QPs'
+// zero-copy notifications and does one round of the engine's work in the
+// calling thread (engine_poll), so a polling application need not wait for
+// the engine's thread to wake. req_notify_cq armed the CQ, to sleep until a
+// completion: the engine must watch its QPs' sockets again rather than
+// leave input to poll_cq (engine_app_sleeping).
+void cq_progress(Cq* cq);
+void cq_stop_polling(Cq* cq);
 
 }  // namespace usiw

@@ -1,18 +1,21 @@
 // The receive path: the TCP byte stream is deframed into DDP segments,
 // each checked against the connection's state and the STag table before a
 // single byte is placed, then placed by tagged offset (Write, Read
-// Response) or message offset (Send) into its destination. Any violation
-// sends TERMINATE and ends the stream, leaving local memory untouched.
+// Response) or message offset (Send, into a receive taken from the QP's
+// receive queue or its SRQ) into its destination, and completed
+// (completion.cc). Any violation sends TERMINATE (tx.cc) and ends the
+// stream, leaving local memory untouched.
 #include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 
+#include "datapath/attach.h"
+#include "datapath/completion.h"
 #include "datapath/datapath.h"
-#include "datapath/progress.h"
+#include "datapath/stream.h"
 #include "verbs/log.h"
-#include "verbs/verbs.h"
 
 namespace usiw {
 
@@ -204,25 +207,6 @@ class Receiver {
         return true;
     }
 
-    void complete_recv(ibv_wc_status status, uint32_t byte_len, unsigned flags, uint32_t inval,
-                       bool solicited) {
-        ibv_wc wc{};
-        wc.wr_id = s_->rx_wqe.wr_id;
-        wc.status = status;
-        wc.opcode = IBV_WC_RECV;
-        wc.byte_len = byte_len;
-        wc.qp_num = qp_->vqp.qp.qp_num;
-        wc.wc_flags = flags;
-        if (flags & IBV_WC_WITH_INV)
-            wc.invalidated_rkey = inval;
-        // The stream's end may have flushed the receive already.
-        std::lock_guard lock(s_->completion_mutex);
-        if (!s_->rx_have_wqe)
-            return;
-        s_->rx_have_wqe = false;
-        cq_push(qp_->recv_cq, wc, solicited);
-    }
-
     void on_send(const wire::SegmentHeader& h) {
         const size_t size = h.payload_size();
         if (s_->params.expect_send_rtr && !s_->rtr_seen) {
@@ -254,7 +238,7 @@ class Receiver {
                 if (sge.length > 0 && s_->context->stags.check(sge.lkey, qp_->pd, sge.addr,
                                                                sge.length, IBV_ACCESS_LOCAL_WRITE,
                                                                &addr) != wire::StagError::kNone) {
-                    complete_recv(IBV_WC_LOC_PROT_ERR, 0, 0, 0, false);
+                    complete_current_recv(s_, IBV_WC_LOC_PROT_ERR, 0, 0, 0, false);
                     return fault(term::kRdmapCatastrophic, "receive buffer fails its lkey check");
                 }
                 s_->rx_segments[i] = {reinterpret_cast<std::byte*>(addr), sge.length, sge.lkey};
@@ -262,7 +246,7 @@ class Receiver {
             }
         }
         if (uint64_t{h.mo} + size > s_->rx_capacity) {
-            complete_recv(IBV_WC_LOC_LEN_ERR, 0, 0, 0, false);
+            complete_current_recv(s_, IBV_WC_LOC_LEN_ERR, 0, 0, 0, false);
             return fault(term::kUntaggedTooLong, "Send longer than the posted receive");
         }
         s_->rx_dest = Stream::RxDest::kSegments;
@@ -373,15 +357,15 @@ class Receiver {
         if (invalidate) {
             const wire::StagError e = s_->context->stags.invalidate(h.inval_stag, qp_->pd);
             if (e != wire::StagError::kNone) {
-                complete_recv(IBV_WC_REM_INV_REQ_ERR, 0, 0, 0, false);
+                complete_current_recv(s_, IBV_WC_REM_INV_REQ_ERR, 0, 0, 0, false);
                 return fault(term::kCannotInvalidate, wire::stag_error_message(e));
             }
             flags |= IBV_WC_WITH_INV;
         }
         ++s_->recv_msn;
         const bool solicited = h.opcode == Opcode::kSendSe || h.opcode == Opcode::kSendSeInvalidate;
-        complete_recv(IBV_WC_SUCCESS, static_cast<uint32_t>(h.mo + h.payload_size()), flags,
-                      h.inval_stag, solicited);
+        complete_current_recv(s_, IBV_WC_SUCCESS, static_cast<uint32_t>(h.mo + h.payload_size()),
+                              flags, h.inval_stag, solicited);
     }
 
     void terminate_received(const wire::SegmentHeader& h) {
@@ -417,8 +401,7 @@ class Receiver {
         if (failed_read != UINT64_MAX)
             inflight_mark_failed(s_, failed_read,
                                  remote_access ? IBV_WC_REM_ACCESS_ERR : IBV_WC_REM_OP_ERR);
-        s_->context->post_async_event(reinterpret_cast<uintptr_t>(&qp_->vqp.qp),
-                                      IBV_EVENT_QP_FATAL);
+        post_qp_event(qp_, IBV_EVENT_QP_FATAL);
         stream_fail(s_, StreamEnd::kTerminateReceived, ECONNABORTED);
     }
 
@@ -511,6 +494,22 @@ void receive_locked(Stream* s) {
 void stream_receive(Stream* s) {
     std::lock_guard lock(s->rx_mutex);
     receive_locked(s);
+}
+
+bool srq_take(Srq* srq, RecvWqe* out) {
+    std::lock_guard lock(srq->mutex);
+    if (srq->queue.empty())
+        return false;
+    *out = srq->queue.front();
+    srq->queue.pop();
+    // The limit event fires when taking a WQE leaves fewer than the armed
+    // limit, and disarms it until the application arms it again (as rxe and
+    // hardware do: arming alone never fires).
+    if (srq->limit != 0 && srq->queue.size() < srq->limit) {
+        srq->limit = 0;
+        post_srq_event(srq, IBV_EVENT_SRQ_LIMIT_REACHED);
+    }
+    return true;
 }
 
 }  // namespace usiw

@@ -41,7 +41,7 @@ struct LocalSegment {
 // completion (in posting order).
 struct InflightWqe {
     uint64_t wr_id = 0;
-    ibv_wc_opcode opcode = IBV_WC_SEND;
+    ibv_wr_opcode opcode = IBV_WR_SEND;
     bool signaled = false;
     bool done = false;
     ibv_wc_status status = IBV_WC_SUCCESS;

@@ -25,8 +25,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "datapath/completion.h"
 #include "datapath/datapath.h"
-#include "datapath/progress.h"
+#include "datapath/stream.h"
 #include "verbs/log.h"
 
 namespace usiw {
@@ -116,13 +117,13 @@ void stream_setup_zerocopy(Stream* s) {
     s->zc_enabled.store(true);
 }
 
-void stream_reap_zerocopy(Stream* s) {
+bool stream_reap_zerocopy(Stream* s) {
     std::vector<std::vector<uint64_t>> finished;
     bool resume = false;
     {
         std::unique_lock lock(s->zc_mutex, std::try_to_lock);
         if (!lock)
-            return;  // another thread is reaping
+            return false;  // another thread is reaping
         for (;;) {
             char control[CMSG_SPACE(sizeof(sock_extended_err) + sizeof(sockaddr_in6))];
             msghdr msg{};
@@ -152,11 +153,10 @@ void stream_reap_zerocopy(Stream* s) {
     }
     for (const std::vector<uint64_t>& seqs : finished)
         inflight_complete(s, seqs);
-    if (resume)
-        stream_transmit(s, false);
+    return resume;
 }
 
-void stream_release_zerocopy(Stream* s) {
+bool stream_release_zerocopy(Stream* s) {
     std::vector<std::vector<uint64_t>> finished;
     bool resume = false;
     {
@@ -165,8 +165,7 @@ void stream_release_zerocopy(Stream* s) {
     }
     for (const std::vector<uint64_t>& seqs : finished)
         inflight_complete(s, seqs);
-    if (resume)
-        stream_transmit(s, false);
+    return resume;
 }
 
 bool stream_zerocopy_waiting(Stream* s) {

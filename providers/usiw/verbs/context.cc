@@ -16,14 +16,6 @@ namespace usiw {
 
 namespace {
 
-// ib_uverbs_async_event_desc: what ibv_get_async_event reads.
-struct AsyncEventRecord {
-    uint64_t element;
-    uint32_t event_type;
-    uint32_t reserved;
-};
-static_assert(sizeof(AsyncEventRecord) == 16);
-
 void free_context(ibv_context* ibctx) {
     Context* ctx = to_context(ibctx);
     {
@@ -67,15 +59,6 @@ void async_event(ibv_context*, ibv_async_event*) {
 }
 
 }  // namespace
-
-void Context::post_async_event(uint64_t element, ibv_event_type type) {
-    const AsyncEventRecord record{element, static_cast<uint32_t>(type), 0};
-    // The write end is non-blocking: a datapath thread must never wait for an
-    // application that does not read its events. A pipe holds 4096 records.
-    if (write(async_write_fd, &record, sizeof record) != sizeof record)
-        log_error("%s: async event %s lost: the application has %s", device->name.c_str(),
-                  ibv_event_type_str(type), "not read its queued async events");
-}
 
 verbs_context* open_context(Device* device, int cmd_fd) {
     auto* shell = static_cast<ContextShell*>(_verbs_init_and_alloc_context(

@@ -1,53 +1,13 @@
 // Completion queues and completion channels.
-#include <unistd.h>
 
 #include <cerrno>
 #include <new>
 
-#include "datapath/attach.h"
+#include "datapath/progress.h"
 #include "verbs/log.h"
 #include "verbs/verbs.h"
 
 namespace usiw {
-
-namespace {
-
-// ib_uverbs_comp_event_desc: what ibv_get_cq_event reads from the channel.
-struct CompEventRecord {
-    uint64_t cq_handle;
-};
-
-void notify_channel(Cq* cq) {
-    const CompEventRecord record{reinterpret_cast<uintptr_t>(&cq->vcq.cq)};
-    if (write(cq->channel->write_fd, &record, sizeof record) != sizeof record)
-        log_error("completion event for CQ %p lost: the channel's %s", static_cast<void*>(cq),
-                  "events are not being read");
-}
-
-}  // namespace
-
-void cq_push(Cq* cq, const ibv_wc& wc, bool solicited) {
-    bool notify = false;
-    bool overflow = false;
-    {
-        std::lock_guard lock(cq->mutex);
-        if (!cq->entries.push(wc)) {
-            overflow = !cq->overflowed;
-            cq->overflowed = true;
-        } else if (cq->armed == Cq::Arm::kNext || (cq->armed == Cq::Arm::kSolicited &&
-                                                   (solicited || wc.status != IBV_WC_SUCCESS))) {
-            cq->armed = Cq::Arm::kNone;
-            notify = cq->channel != nullptr;
-        }
-    }
-    if (overflow) {
-        log_error("CQ %p overflowed (%zu entries): completions are being lost",
-                  static_cast<void*>(cq), cq->entries.capacity());
-        cq->context->post_async_event(reinterpret_cast<uintptr_t>(&cq->vcq.cq), IBV_EVENT_CQ_ERR);
-    }
-    if (notify)
-        notify_channel(cq);
-}
 
 ibv_cq* create_cq(ibv_context* ibctx, int cqe, ibv_comp_channel* channel, int comp_vector) {
     Context* ctx = to_context(ibctx);

@@ -158,10 +158,6 @@ struct Context {
     std::unordered_map<uint32_t, Qp*> qps;  // by QP number
 
     ibv_context* ibv() { return &shell->vctx.context; }
-
-    // Queues an async event for ibv_get_async_event. `element` is the
-    // object pointer (QP, CQ, SRQ) or the port number.
-    void post_async_event(uint64_t element, ibv_event_type type);
 };
 
 // Typed conversions from the rdma-core handles (the embedded struct is the

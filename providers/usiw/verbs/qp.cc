@@ -7,6 +7,8 @@
 #include <new>
 
 #include "datapath/attach.h"
+#include "datapath/completion.h"
+#include "datapath/datapath.h"
 #include "verbs/log.h"
 #include "verbs/verbs.h"
 
@@ -38,42 +40,6 @@ int validate_caps(const ibv_qp_cap& cap, bool has_srq) {
     if (!has_srq && (cap.max_recv_wr > kMaxQpWr || cap.max_recv_sge > kMaxRecvSge))
         return EINVAL;
     return 0;
-}
-
-}  // namespace
-
-ibv_wc_opcode wc_opcode_for(ibv_wr_opcode op) {
-    switch (op) {
-        case IBV_WR_RDMA_WRITE:
-        case IBV_WR_RDMA_WRITE_WITH_IMM:
-            return IBV_WC_RDMA_WRITE;
-        case IBV_WR_RDMA_READ:
-            return IBV_WC_RDMA_READ;
-        case IBV_WR_LOCAL_INV:
-            return IBV_WC_LOCAL_INV;
-        default:
-            return IBV_WC_SEND;
-    }
-}
-
-namespace {
-
-void flush_recv(Qp* qp, const RecvWqe& wqe) {
-    ibv_wc wc{};
-    wc.wr_id = wqe.wr_id;
-    wc.status = IBV_WC_WR_FLUSH_ERR;
-    wc.opcode = IBV_WC_RECV;
-    wc.qp_num = qp->vqp.qp.qp_num;
-    cq_push(qp->recv_cq, wc, false);
-}
-
-void flush_send(Qp* qp, const SendWqe& wqe) {
-    ibv_wc wc{};
-    wc.wr_id = wqe.wr_id;
-    wc.status = IBV_WC_WR_FLUSH_ERR;
-    wc.opcode = wc_opcode_for(wqe.opcode);
-    wc.qp_num = qp->vqp.qp.qp_num;
-    cq_push(qp->send_cq, wc, false);
 }
 
 // Which state changes an application may ask for. RTS needs a connected
@@ -277,25 +243,6 @@ int destroy_qp(ibv_qp* ibqp) {
     return 0;
 }
 
-void qp_enter_error(Qp* qp) {
-    qp->state = IBV_QPS_ERR;
-    qp->vqp.qp.state = IBV_QPS_ERR;
-    qp_stream_error(qp);  // work in flight completes before what is still queued
-    {
-        std::lock_guard lock(qp->sq_mutex);
-        for (; !qp->sq.empty(); qp->sq.pop())
-            flush_send(qp, qp->sq.front());
-    }
-    {
-        std::lock_guard lock(qp->rq_mutex);
-        for (; !qp->rq.empty(); qp->rq.pop())
-            flush_recv(qp, qp->rq.front());
-    }
-    if (qp->srq)
-        qp->context->post_async_event(reinterpret_cast<uintptr_t>(&qp->vqp.qp),
-                                      IBV_EVENT_QP_LAST_WQE_REACHED);
-}
-
 int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
     Qp* qp = to_qp(ibqp);
     if (mask & ~kSupportedQpAttrs)
@@ -350,7 +297,7 @@ int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
     switch (attr->qp_state) {
         case IBV_QPS_ERR:
             if (qp->state != IBV_QPS_ERR)
-                qp_enter_error(qp);
+                qp_stream_error(qp);  // the stream ends; everything flushes
             break;
         case IBV_QPS_RESET:
             qp_stream_reset(qp);  // the connection ends; the QP may take a new one
@@ -363,6 +310,12 @@ int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
             break;
     }
     return 0;
+}
+
+Qp* find_qp(Context* ctx, uint32_t qp_num) {
+    std::lock_guard lock(ctx->objects_mutex);
+    auto it = ctx->qps.find(qp_num);
+    return it == ctx->qps.end() ? nullptr : it->second;
 }
 
 int query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int, ibv_qp_init_attr* init_attr) {
@@ -478,7 +431,8 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
                 break;
             qp->sq.commit_push();
             if (qp->state == IBV_QPS_ERR) {  // an errored QP completes new work as flushed
-                flush_send(qp, qp->sq.front());
+                const SendWqe& wqe = qp->sq.front();
+                complete_send_wqe(qp, wqe.wr_id, wqe.opcode, IBV_WC_WR_FLUSH_ERR, 0);
                 qp->sq.pop();
             } else {
                 transmit = true;
@@ -489,7 +443,7 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     }
     // Outside the QP's locks: transmission takes them in its own order.
     if (transmit)
-        qp_transmit(qp);
+        transmit_posted(qp);
     return err;
 }
 
@@ -521,7 +475,7 @@ int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
             std::memcpy(wqe.sge, wr->sg_list, wqe.num_sge * sizeof(ibv_sge));
         qp->rq.commit_push();
         if (qp->state == IBV_QPS_ERR) {
-            flush_recv(qp, qp->rq.front());
+            complete_recv_wqe(qp, qp->rq.front().wr_id, IBV_WC_WR_FLUSH_ERR, 0, 0, 0, false);
             qp->rq.pop();
         }
     }

@@ -7,25 +7,6 @@
 
 namespace usiw {
 
-namespace {}  // namespace
-
-bool srq_take(Srq* srq, RecvWqe* out) {
-    std::lock_guard lock(srq->mutex);
-    if (srq->queue.empty())
-        return false;
-    *out = srq->queue.front();
-    srq->queue.pop();
-    // The limit event fires when taking a WQE leaves fewer than the armed
-    // limit, and disarms it until the application arms it again (as rxe and
-    // hardware do: arming alone never fires).
-    if (srq->limit != 0 && srq->queue.size() < srq->limit) {
-        srq->limit = 0;
-        srq->context->post_async_event(reinterpret_cast<uintptr_t>(&srq->vsrq.srq),
-                                       IBV_EVENT_SRQ_LIMIT_REACHED);
-    }
-    return true;
-}
-
 ibv_srq* create_srq(ibv_pd* ibpd, ibv_srq_init_attr* init) {
     Pd* pd = to_pd(ibpd);
     Context* ctx = pd->context;

@@ -1,5 +1,6 @@
 // The verbs surface of a usiw device: the verbs_context_ops table rdma-core
-// dispatches to, and the few entry points the glue and the datapath share.
+// dispatches to, and the few entry points the glue and connection
+// management call.
 // The ops validate their arguments and dispatch; the objects' behaviour
 // lives in cq.cc, qp.cc and srq.cc.
 #pragma once
@@ -15,22 +16,9 @@ const verbs_context_ops& context_ops();
 // device, else -1. Returns nullptr with errno set on failure.
 verbs_context* open_context(Device* device, int cmd_fd);
 
-// Posts a completion on `cq`, waking a waiting completion channel when the
-// CQ is armed for it. Overflow raises IBV_EVENT_CQ_ERR and loses the entry,
-// as on hardware.
-void cq_push(Cq* cq, const ibv_wc& wc, bool solicited);
-
-// Moves a QP to the error state: every queued work request completes with
-// IBV_WC_WR_FLUSH_ERR. Called with qp->state_mutex held.
-void qp_enter_error(Qp* qp);
-
-// Takes the oldest receive WQE from an SRQ for an arriving message; false if
-// the SRQ is empty. Raises IBV_EVENT_SRQ_LIMIT_REACHED when armed and the
-// queue falls below the limit.
-bool srq_take(Srq* srq, RecvWqe* out);
-
-// The completion opcode that reports a send-queue work request.
-ibv_wc_opcode wc_opcode_for(ibv_wr_opcode op);
+// The QP with this number in `ctx`, or nullptr (rdma_connect/accept may
+// name a QP by number when the application created it itself).
+Qp* find_qp(Context* ctx, uint32_t qp_num);
 
 // The ops, by object (defined in the matching .cc files).
 ibv_cq* create_cq(ibv_context* context, int cqe, ibv_comp_channel* channel, int comp_vector);
