@@ -48,9 +48,19 @@ bool stream_reap_zerocopy(Stream* s);
 bool stream_release_zerocopy(Stream* s);
 bool stream_zerocopy_waiting(Stream* s);
 
-// A stream's end (attach.cc): QP to ERR with everything flushed, socket
-// shut down, connection management told once. Safe to call from any
-// datapath thread and more than once.
+// A stream's end (stream_end.cc). stream_fail: the transmit or receive
+// path found the stream at its end (peer closed, socket error, TERMINATE
+// sent or received, orderly disconnect done): socket shut down, QP to ERR
+// with everything flushed, connection management told once. Safe to call
+// from any datapath thread and more than once.
 void stream_fail(Stream* s, StreamEnd why, int error);
+// Marks the stream ended, shuts its socket down (`how`) and flushes what is
+// in flight (stream_flush: with completions when `deliver`; a QP being
+// destroyed gets none). Returns false if it had already ended. Called with
+// the QP's state_mutex held.
+bool stream_end_locked(Stream* s, int how, bool deliver = true, bool keep_inbound_reads = false);
+// Tells the stream's observer (connection management), if any, that it
+// ended. Once per stream: after a stream_end_locked() that returned true.
+void stream_notify_end(Stream* s, StreamEnd why, int error);
 
 }  // namespace usiw
