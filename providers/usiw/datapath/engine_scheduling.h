@@ -127,7 +127,7 @@ class EngineScheduling {
     EngineScheduling& operator=(const EngineScheduling&) = delete;
 
     // After a round of the engine's work: whether it found any, and when an
-    // application thread last polled a CQ (engine_poll).
+    // application thread last polled a CQ (cq_progress).
     void after_round(bool found_work, uint64_t last_app_poll_ns);
     // Before the thread waits for a round, when it has run for something
     // else since the last one (its run delay since then is not a round's).

@@ -237,12 +237,6 @@ void engine_want_writable(Stream* stream, bool want) {
 void engine_retire(Stream* stream) {
     engine().retire(stream);
 }
-bool engine_poll() {
-    return engine().poll_from_app();
-}
-void engine_app_sleeping() {
-    engine().app_sleeping();
-}
 
 void cq_progress(Cq* cq) {
     {
@@ -254,11 +248,11 @@ void cq_progress(Cq* cq) {
                 stream_transmit(s, false);
         }
     }
-    engine_poll();
+    engine().poll_from_app();
 }
 
 void cq_stop_polling(Cq*) {
-    engine_app_sleeping();
+    engine().app_sleeping();
 }
 
 }  // namespace usiw

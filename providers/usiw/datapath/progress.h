@@ -21,21 +21,14 @@ int engine_add(Stream* stream);
 void engine_want_writable(Stream* stream, bool want);
 // Stops watching and frees the stream once no event can refer to it.
 void engine_retire(Stream* stream);
-// poll_cq found its CQ empty: does one round of the engine's work in the
-// calling thread, for every stream, without waiting. Returns true if any
-// stream had work. While an application polls, the engine's own thread
-// leaves the work to it.
-bool engine_poll();
-// The application armed a CQ, to sleep until a completion: the engine's
-// thread takes over the work at once.
-void engine_app_sleeping();
 
-// For the verbs layer. poll_cq found its CQ empty: collects its QPs'
-// zero-copy notifications and does one round of the engine's work in the
-// calling thread (engine_poll), so a polling application need not wait for
-// the engine's thread to wake. req_notify_cq armed the CQ, to sleep until a
-// completion: the engine must watch its QPs' sockets again rather than
-// leave input to poll_cq (engine_app_sleeping).
+// For the verbs layer. cq_progress: poll_cq found its CQ empty; the
+// calling thread collects the CQ's QPs' zero-copy notifications and does
+// one round of the engine's work, for every stream, without waiting, so a
+// polling application need not wait for the engine's thread to wake (while
+// an application busy-polls, the engine's own thread leaves the work to
+// it). cq_stop_polling: the application armed the CQ, to sleep until a
+// completion; the engine's thread takes over the work at once.
 void cq_progress(Cq* cq);
 void cq_stop_polling(Cq* cq);
 
