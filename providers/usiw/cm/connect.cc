@@ -13,8 +13,8 @@
 #include <new>
 
 #include "cm/cm.h"
+#include "cm/cm_engine.h"
 #include "cm/connection.h"
-#include "cm/engine.h"
 #include "cm/id.h"
 #include "cm/kernel.h"
 #include "datapath/attach.h"

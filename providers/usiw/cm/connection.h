@@ -20,7 +20,7 @@
 #include <span>
 #include <vector>
 
-#include "cm/engine.h"
+#include "cm/cm_engine.h"
 #include "cm/id.h"
 #include "cm/knobs.h"
 #include "cm/negotiation.h"

@@ -14,8 +14,8 @@
 #include <unordered_set>
 
 #include "cm/cm.h"
+#include "cm/cm_engine.h"
 #include "cm/connection.h"
-#include "cm/engine.h"
 #include "cm/kernel.h"
 #include "glue/provider.h"
 #include "verbs/log.h"

@@ -3,7 +3,7 @@
 // manager's state for it.
 //
 // Everything below the event counters is protected by the CM lock
-// (cm_mutex(), engine.h); the event counters by `events_mutex`, since
+// (cm_mutex(), cm_engine.h); the event counters by `events_mutex`, since
 // rdma_ack_cm_event must not wait for the CM.
 #pragma once
 

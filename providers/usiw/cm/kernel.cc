@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "cm/address.h"
-#include "cm/engine.h"
+#include "cm/cm_engine.h"
 #include "cm/event_channel.h"
 #include "cm/id.h"
 #include "glue/provider.h"

@@ -6,8 +6,8 @@
 #include <cstring>
 
 #include "cm/cm.h"
+#include "cm/cm_engine.h"
 #include "cm/connection.h"
-#include "cm/engine.h"
 #include "cm/id.h"
 #include "cm/kernel.h"
 #include "verbs/objects.h"

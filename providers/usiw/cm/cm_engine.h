@@ -1,7 +1,7 @@
 // The CM engine: the thread that moves connection management forward while
 // the application is elsewhere: non-blocking TCP connects, accepts, MPA
 // frames in and out, timeouts, and the datapath's word that a stream ended.
-// See engine.cc for the threading model.
+// See cm_engine.cc for the threading model.
 #pragma once
 
 #include <cstdint>

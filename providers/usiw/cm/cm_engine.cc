@@ -27,7 +27,7 @@
 // away drops its token, and an event already fetched for it finds nothing.
 // Clients are freed by retire() after the batch, so a handler may retire
 // itself.
-#include "cm/engine.h"
+#include "cm/cm_engine.h"
 
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
