@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tests usiw_connrate (tools/usiw_connrate.cc), the connection-rate tool
+# Tests usiw_connrate (benchmarks/usiw_connrate.cc), the connection-rate tool
 # scripts/bench.sh runs: 20 rdma_cm connections over usiw0 on loopback and
 # 20 plain TCP ones must all complete with both ends exiting 0; a client
 # with no server, and a server that gets fewer connections than it waits
