@@ -18,7 +18,7 @@
 #include "cm/id.h"
 #include "cm/kernel.h"
 #include "datapath/attach.h"
-#include "glue/provider.h"
+#include "verbs/device_registry.h"
 #include "verbs/log.h"
 #include "verbs/verbs.h"
 

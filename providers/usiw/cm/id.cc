@@ -17,7 +17,7 @@
 #include "cm/cm_engine.h"
 #include "cm/connection.h"
 #include "cm/kernel.h"
-#include "glue/provider.h"
+#include "verbs/device_registry.h"
 #include "verbs/log.h"
 
 namespace usiw::cm {

@@ -19,7 +19,7 @@
 #include "cm/cm_engine.h"
 #include "cm/event_channel.h"
 #include "cm/id.h"
-#include "glue/provider.h"
+#include "verbs/device_registry.h"
 #include "verbs/log.h"
 
 namespace usiw::cm::kernel {

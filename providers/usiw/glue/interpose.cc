@@ -18,7 +18,7 @@
 #include <cstring>
 #include <new>
 
-#include "glue/provider.h"
+#include "verbs/device_registry.h"
 #include "verbs/verbs.h"
 
 // Declared in rdma-core's driver.h, which Debian does not install.

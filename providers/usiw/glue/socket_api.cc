@@ -6,7 +6,7 @@
 #include <cerrno>
 
 #include "datapath/attach.h"
-#include "glue/provider.h"
+#include "verbs/device_registry.h"
 
 extern "C" int usiw_qp_attach_socket(ibv_qp* ibqp, int fd, int initiator, int crc,
                                      unsigned max_fpdu) {
