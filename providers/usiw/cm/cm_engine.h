@@ -13,7 +13,7 @@ namespace usiw::cm {
 // registrations and timers. Taken by the rdma_* calls and by the engine
 // thread around all the work it does; never held while waiting for an
 // event. Lock order: CM lock, then EventChannel::queue_mutex, then
-// CmId::events_mutex, then the engine's inbox lock; the CM lock may be held
+// EventCounts' lock, then the engine's inbox lock; the CM lock may be held
 // when calling into the verbs layer and the datapath (which never call back
 // into the CM except through StreamObserver, which only posts to the
 // inbox).

@@ -68,6 +68,7 @@ CmEvent* make_event(CmId* target, rdma_cm_event_type type, int status, CmId* own
     e->event.event = type;
     e->event.status = status;
     e->owner = owner ? owner : target;
+    e->counts = &e->owner->events;
     return e;
 }
 
@@ -183,8 +184,7 @@ namespace {
 
 // Waits until the application has acked every event it took for `c`.
 void wait_for_acks(CmId* c) {
-    std::unique_lock lock(c->events_mutex);
-    c->events_acked_cond.wait(lock, [c] { return c->events_acked >= c->events_taken; });
+    c->events.wait_all_acked();
 }
 
 }  // namespace

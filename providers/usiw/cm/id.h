@@ -2,17 +2,15 @@
 // the application's pointer converts both ways) and the connection
 // manager's state for it.
 //
-// Everything below the event counters is protected by the CM lock
-// (cm_mutex(), cm_engine.h); the event counters by `events_mutex`, since
+// Everything below the event counts is protected by the CM lock
+// (cm_mutex(), cm_engine.h); the event counts by their own lock, since
 // rdma_ack_cm_event must not wait for the CM.
 #pragma once
 
 #include <rdma/rdma_cma.h>
 
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <unordered_set>
@@ -39,10 +37,7 @@ struct CmId {
     CmId(const CmId&) = delete;
     CmId& operator=(const CmId&) = delete;
 
-    std::mutex events_mutex;  // protects the two counts below
-    std::condition_variable events_acked_cond;
-    uint64_t events_taken = 0;  // by rdma_get_cm_event
-    uint64_t events_acked = 0;  // by rdma_ack_cm_event
+    EventCounts events;
 
     IdState state = IdState::kIdle;
     bool sync = false;  // created without a channel: calls wait for their own event

@@ -190,10 +190,8 @@ void take_sync_event(CmId* c, CmId* listener = nullptr) {
     if (c->id.event)
         event_ack(to_event(c->id.event));
     c->id.event = translated ? &translated->event : nullptr;
-    if (translated) {
-        std::lock_guard count(translated->owner->events_mutex);
-        ++translated->owner->events_taken;
-    }
+    if (translated)
+        translated->counts->taken();
 }
 
 // After a forwarded call: the synchronous id's event, then the mirror.
