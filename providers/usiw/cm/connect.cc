@@ -1,5 +1,5 @@
 // Addresses and connections of rdma_cm ids: bind, resolve, listen, connect,
-// accept, reject, disconnect. Each call validates the id's state under the
+// accept, reject, disconnect, and the id's options. Each call validates the id's state under the
 // CM lock and hands the protocol work to connection.cc; a synchronous id
 // then waits for its event.
 #include <netinet/in.h>
@@ -479,30 +479,107 @@ int establish(rdma_cm_id* id) {
     return to_id(id)->state == IdState::kEstablished ? 0 : EINVAL;
 }
 
-int init_qp_attr(rdma_cm_id* id, ibv_qp_attr* attr, int* mask) {
-    if (id && to_id(id)->kernel)
-        return kernel::init_qp_attr(to_id(id), attr, mask);
-    if (!id || !attr || !mask || !id->verbs)
+int set_option(rdma_cm_id* id, int level, int optname, void* optval, size_t optlen) {
+    if (!id || !optval)
         return EINVAL;
-    // What the kernel's iw_cm_init_qp_attr answers: INIT with the remote
-    // access an iWARP connection needs; RTR and RTS have nothing to set
-    // (the CM moves the QP to RTS when the stream is attached).
-    const ibv_qp_state state = attr->qp_state;
-    std::memset(attr, 0, sizeof *attr);
-    attr->qp_state = state;
-    attr->port_num = id->port_num;
-    switch (state) {
-        case IBV_QPS_INIT:
-            attr->qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-            *mask = IBV_QP_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_PORT;
+    CmId* c = to_id(id);
+    if (c->kernel)
+        return kernel::set_option(c, level, optname, optval, optlen);
+    std::lock_guard lock(cm_mutex());
+    if (level == RDMA_OPTION_IB)
+        return optname == RDMA_OPTION_IB_PATH ? EINVAL : ENOSYS;  // no IB paths on iWARP
+    if (level != RDMA_OPTION_ID)
+        return ENOSYS;
+    switch (optname) {
+        case RDMA_OPTION_ID_TOS: {
+            if (optlen != sizeof(uint8_t))
+                return EINVAL;
+            c->tos = *static_cast<uint8_t*>(optval);
+            if (c->socket) {
+                const int tos = *c->tos;
+                setsockopt(c->socket.get(), IPPROTO_IP, IP_TOS, &tos, sizeof tos);
+                setsockopt(c->socket.get(), IPPROTO_IPV6, IPV6_TCLASS, &tos, sizeof tos);
+            }
             return 0;
-        case IBV_QPS_RTR:
-        case IBV_QPS_RTS:
-            *mask = IBV_QP_PORT;
+        }
+        case RDMA_OPTION_ID_REUSEADDR: {
+            if (optlen != sizeof(int))
+                return EINVAL;
+            // Kept for what it asks; usiw's sockets reuse addresses always
+            // (connect.cc, bind_socket), the nearest TCP has to a port
+            // space without TIME_WAIT.
+            c->reuseaddr = *static_cast<int*>(optval) != 0;
             return 0;
+        }
+        case RDMA_OPTION_ID_AFONLY:
+            if (optlen != sizeof(int))
+                return EINVAL;
+            if (c->state != IdState::kIdle)
+                return EINVAL;  // the socket is bound already
+            c->afonly = *static_cast<int*>(optval) != 0;
+            return 0;
+        case RDMA_OPTION_ID_ACK_TIMEOUT: {
+            // An IB retry timer; TCP retransmits on its own. The QP still
+            // carries the value, as the kernel's rdma_cm sets it there, so
+            // ibv_query_qp reports what the application chose.
+            if (optlen != sizeof(uint8_t))
+                return EINVAL;
+            c->ack_timeout = *static_cast<uint8_t*>(optval);
+            if (!id->qp)
+                return 0;
+            ibv_qp_attr attr{};
+            attr.timeout = *c->ack_timeout;
+            return ibv_modify_qp(id->qp, &attr, IBV_QP_TIMEOUT);
+        }
         default:
-            return EINVAL;
+            return ENOSYS;
     }
+}
+
+int notify(rdma_cm_id* id, ibv_event_type event) {
+    if (id && to_id(id)->kernel)
+        return kernel::notify(to_id(id), event);
+    // Only IB's CM wants to hear about the QP's first receive.
+    return id && id->verbs ? 0 : EINVAL;
+}
+
+int join_multicast(rdma_cm_id* id, sockaddr* addr, void* context) {
+    if (id && to_id(id)->kernel)
+        return kernel::join_multicast(to_id(id), addr, context);
+    return ENOSYS;  // iWARP has no multicast (the kernel's rdma_cm answers the same)
+}
+
+int join_multicast_ex(rdma_cm_id* id, rdma_cm_join_mc_attr_ex* attr, void* context) {
+    if (id && to_id(id)->kernel)
+        return kernel::join_multicast_ex(to_id(id), attr, context);
+    return ENOSYS;
+}
+
+int leave_multicast(rdma_cm_id* id, sockaddr* addr) {
+    if (id && to_id(id)->kernel)
+        return kernel::leave_multicast(to_id(id), addr);
+    return EADDRNOTAVAIL;  // never joined
+}
+
+int set_local_ece(rdma_cm_id* id, ibv_ece* ece) {
+    if (id && to_id(id)->kernel)
+        return kernel::set_local_ece(to_id(id), ece);
+    if (!id || id->qp || !ece || !ece->vendor_id || ece->comp_mask)
+        return EINVAL;
+    std::lock_guard lock(cm_mutex());
+    to_id(id)->local_ece = *ece;
+    return 0;
+}
+
+int get_remote_ece(rdma_cm_id* id, ibv_ece* ece) {
+    if (id && to_id(id)->kernel)
+        return kernel::get_remote_ece(to_id(id), ece);
+    if (!id || id->qp || !ece)
+        return EINVAL;
+    std::lock_guard lock(cm_mutex());
+    *ece = to_id(id)->remote_ece;
+    ece->comp_mask = 0;
+    return 0;
 }
 
 }  // namespace usiw::cm

@@ -1,7 +1,7 @@
 // librdmacm's verbs helpers on an id: QPs (with the CQs and completion
-// channels it makes when the caller gives none, cq_context = the id),
-// SRQs, and the endpoint calls rdma_create_ep / rdma_get_request /
-// rdma_destroy_ep, with librdmacm's semantics.
+// channels it makes when the caller gives none, cq_context = the id) and
+// the attributes the CM gives them, SRQs, and rdma_get_request, with
+// librdmacm's semantics.
 #include <cerrno>
 #include <cstring>
 
@@ -197,60 +197,6 @@ void destroy_srq(rdma_cm_id* id) {
     destroy_cqs(id);
 }
 
-int create_ep(rdma_cm_id** out, rdma_addrinfo* res, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) {
-    if (!out || !res)
-        return EINVAL;
-    rdma_cm_id* id = nullptr;
-    if (int err = create_id(nullptr, &id, nullptr, static_cast<rdma_port_space>(res->ai_port_space),
-                            static_cast<ibv_qp_type>(res->ai_qp_type)))
-        return err;
-    CmId* c = to_id(id);
-    int err = 0;
-    if (res->ai_flags & RAI_PASSIVE) {
-        err = bind_addr(id, res->ai_src_addr);
-        if (!err) {
-            if (pd && c->kernel)
-                kernel::set_pd(c, pd);  // for the real id's rdma_get_request too
-            else if (pd)
-                id->pd = pd;
-            if (qp_init_attr) {
-                std::lock_guard lock(cm_mutex());
-                c->qp_init_attr = *qp_init_attr;
-                c->qp_init_attr->qp_type = static_cast<ibv_qp_type>(res->ai_qp_type);
-            }
-        }
-    } else {
-        err = resolve_addr(id, res->ai_src_addr, res->ai_dst_addr, 2000);
-        if (!err)
-            err = resolve_route(id, 2000);  // ai_route holds IB paths only: nothing to set
-        if (!err && qp_init_attr) {
-            qp_init_attr->qp_type = static_cast<ibv_qp_type>(res->ai_qp_type);
-            err = create_qp(id, pd, qp_init_attr);
-        }
-        if (!err && res->ai_connect_len) {
-            std::lock_guard lock(cm_mutex());
-            const auto* data = static_cast<const std::byte*>(res->ai_connect);
-            c->connect_data.assign(data, data + res->ai_connect_len);
-        }
-    }
-    if (err) {
-        destroy_ep(id);
-        return err;
-    }
-    *out = id;
-    return 0;
-}
-
-void destroy_ep(rdma_cm_id* id) {
-    if (!id)
-        return;
-    if (id->qp)
-        destroy_qp(id);
-    if (id->srq)
-        destroy_srq(id);
-    destroy_id(id);
-}
-
 int get_request(rdma_cm_id* listen, rdma_cm_id** out) {
     if (!listen || !out)
         return EINVAL;
@@ -305,6 +251,32 @@ int get_request(rdma_cm_id* listen, rdma_cm_id** out) {
     *out = event->id;
     (*out)->event = event;
     return 0;
+}
+
+int init_qp_attr(rdma_cm_id* id, ibv_qp_attr* attr, int* mask) {
+    if (id && to_id(id)->kernel)
+        return kernel::init_qp_attr(to_id(id), attr, mask);
+    if (!id || !attr || !mask || !id->verbs)
+        return EINVAL;
+    // What the kernel's iw_cm_init_qp_attr answers: INIT with the remote
+    // access an iWARP connection needs; RTR and RTS have nothing to set
+    // (the CM moves the QP to RTS when the stream is attached).
+    const ibv_qp_state state = attr->qp_state;
+    std::memset(attr, 0, sizeof *attr);
+    attr->qp_state = state;
+    attr->port_num = id->port_num;
+    switch (state) {
+        case IBV_QPS_INIT:
+            attr->qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+            *mask = IBV_QP_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_PORT;
+            return 0;
+        case IBV_QPS_RTR:
+        case IBV_QPS_RTS:
+            *mask = IBV_QP_PORT;
+            return 0;
+        default:
+            return EINVAL;
+    }
 }
 
 }  // namespace usiw::cm

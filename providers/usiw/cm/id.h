@@ -103,9 +103,6 @@ void deliver(CmEvent* event);
 // A new id for an incoming connection on `listener`: same channel (or its
 // own one if the listener is synchronous), context, port space and QP type.
 CmId* make_child_id(CmId* listener, DeviceContext* device);
-// Frees a child id the application never saw (its CONNECT_REQUEST was
-// withdrawn), closing its connection.
-void destroy_unseen_child(CmId* child);
 
 // The device an id works on from now on: id->verbs, id->pd (the device's
 // shared default PD, as librdmacm sets it), port 1.
