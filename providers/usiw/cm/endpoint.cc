@@ -1,18 +1,18 @@
-// librdmacm's verbs helpers on an id: QPs (with the CQs and completion
-// channels it makes when the caller gives none, cq_context = the id) and
-// the attributes the CM gives them, SRQs, and rdma_get_request, with
-// librdmacm's semantics.
+// librdmacm's verbs helpers on usiw's own ids: QPs (with the CQs and
+// completion channels it makes when the caller gives none, cq_context = the
+// id) and the attributes the CM gives them, SRQs, and rdma_get_request,
+// with librdmacm's semantics. Ops of user_id_ops (id_ops.h).
+#include "cm/endpoint.h"
+
 #include <cerrno>
 #include <cstring>
 
-#include "cm/cm.h"
 #include "cm/cm_engine.h"
 #include "cm/connection.h"
 #include "cm/id.h"
-#include "cm/kernel.h"
 #include "verbs/objects.h"
 
-namespace usiw::cm {
+namespace usiw::cm::user {
 
 namespace {
 
@@ -65,10 +65,9 @@ int create_cqs(rdma_cm_id* id, uint32_t send_size, uint32_t recv_size) {
 
 }  // namespace
 
-int create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) {
-    if (id && to_id(id)->kernel)
-        return kernel::create_qp_ex(to_id(id), attr);
-    if (!id || !attr || id->qp || !id->verbs)
+int create_qp_ex(CmId* c, ibv_qp_init_attr_ex* attr) {
+    rdma_cm_id* id = &c->id;
+    if (!attr || id->qp || !id->verbs)
         return EINVAL;
     if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd) {
         attr->comp_mask |= IBV_QP_INIT_ATTR_PD;
@@ -101,8 +100,8 @@ int create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) {
     ibv_qp_attr qp_attr{};
     qp_attr.qp_state = IBV_QPS_INIT;
     int mask = 0;
-    int err = init_qp_attr(id, &qp_attr, &mask);
-    if (const auto& timeout = to_id(id)->ack_timeout; !err && timeout) {
+    int err = init_qp_attr(c, &qp_attr, &mask);
+    if (const auto& timeout = c->ack_timeout; !err && timeout) {
         qp_attr.timeout = *timeout;
         mask |= IBV_QP_TIMEOUT;
     }
@@ -118,28 +117,25 @@ int create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) {
     return 0;
 }
 
-int create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* attr) {
-    if (id && to_id(id)->kernel)
-        return kernel::create_qp(to_id(id), pd, attr);
-    if (!id || !attr)
+int create_qp(CmId* c, ibv_pd* pd, ibv_qp_init_attr* attr) {
+    if (!attr)
         return EINVAL;
     ibv_qp_init_attr_ex ex{};
     std::memcpy(&ex, attr, sizeof *attr);
     ex.comp_mask = IBV_QP_INIT_ATTR_PD;
-    ex.pd = pd ? pd : id->pd;
-    const int err = create_qp_ex(id, &ex);
+    ex.pd = pd ? pd : c->id.pd;
+    const int err = create_qp_ex(c, &ex);
     std::memcpy(attr, &ex, sizeof *attr);
     return err;
 }
 
-void destroy_qp(rdma_cm_id* id) {
-    if (id && to_id(id)->kernel)
-        return kernel::destroy_qp(to_id(id));
-    if (!id || !id->qp)
+void destroy_qp(CmId* c) {
+    rdma_cm_id* id = &c->id;
+    if (!id->qp)
         return;
     {
         std::lock_guard lock(cm_mutex());
-        if (CmId* c = to_id(id); c->conn)
+        if (c->conn)
             c->conn->forget_qp(to_qp(id->qp));
     }
     // With a live stream the datapath reports its end (DISCONNECTED).
@@ -148,10 +144,9 @@ void destroy_qp(rdma_cm_id* id) {
     destroy_cqs(id);
 }
 
-int create_srq_ex(rdma_cm_id* id, ibv_srq_init_attr_ex* attr) {
-    if (id && to_id(id)->kernel)
-        return kernel::create_srq_ex(to_id(id), attr);
-    if (!id || !attr || !(attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE))
+int create_srq_ex(CmId* c, ibv_srq_init_attr_ex* attr) {
+    rdma_cm_id* id = &c->id;
+    if (!attr || !(attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE))
         return EINVAL;
     if (attr->srq_type != IBV_SRQT_BASIC)
         return EOPNOTSUPP;  // no XRC on iWARP
@@ -171,63 +166,37 @@ int create_srq_ex(rdma_cm_id* id, ibv_srq_init_attr_ex* attr) {
     return 0;
 }
 
-int create_srq(rdma_cm_id* id, ibv_pd* pd, ibv_srq_init_attr* attr) {
-    if (id && to_id(id)->kernel)
-        return kernel::create_srq(to_id(id), pd, attr);
-    if (!id || !attr)
+int create_srq(CmId* c, ibv_pd* pd, ibv_srq_init_attr* attr) {
+    if (!attr)
         return EINVAL;
     ibv_srq_init_attr_ex ex{};
     std::memcpy(&ex, attr, sizeof *attr);
     ex.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD;
     ex.srq_type = IBV_SRQT_BASIC;
     ex.pd = pd;
-    const int err = create_srq_ex(id, &ex);
+    const int err = create_srq_ex(c, &ex);
     std::memcpy(attr, &ex, sizeof *attr);
     return err;
 }
 
-void destroy_srq(rdma_cm_id* id) {
-    if (id && to_id(id)->kernel)
-        return kernel::destroy_srq(to_id(id));
-    if (!id)
-        return;
+void destroy_srq(CmId* c) {
+    rdma_cm_id* id = &c->id;
     if (id->srq)
         ibv_destroy_srq(id->srq);
     id->srq = nullptr;
     destroy_cqs(id);
 }
 
-int get_request(rdma_cm_id* listen, rdma_cm_id** out) {
-    if (!listen || !out)
-        return EINVAL;
-    CmId* c = to_id(listen);
-    if (!c->sync)
-        return EINVAL;
-    if (c->kernel) {
-        CmId* child = nullptr;
-        if (int err = kernel::get_request(c, &child))
-            return err;
-        std::optional<ibv_qp_init_attr> attr;
-        {
-            std::lock_guard lock(cm_mutex());
-            attr = c->qp_init_attr;
-        }
-        if (attr) {
-            if (int err = create_qp(&child->id, listen->pd, &*attr)) {
-                destroy_id(&child->id);
-                return err;
-            }
-        }
-        *out = &child->id;
-        return 0;
-    }
+int get_request(CmId* c, rdma_cm_id** out) {
+    rdma_cm_id* listen = &c->id;
     if (listen->event) {
-        ack_cm_event(listen->event);
+        event_ack(to_event(listen->event));
         listen->event = nullptr;
     }
-    rdma_cm_event* event = nullptr;
-    if (int err = get_cm_event(listen->channel, &event))
+    CmEvent* taken = nullptr;
+    if (int err = channel_get(c->channel(), &taken))
         return err;
+    rdma_cm_event* event = &taken->event;
     int err = 0;
     if (event->event == RDMA_CM_EVENT_REJECTED)
         err = ECONNREFUSED;
@@ -236,13 +205,8 @@ int get_request(rdma_cm_id* listen, rdma_cm_id** out) {
     else if (event->event != RDMA_CM_EVENT_CONNECT_REQUEST)
         err = EINVAL;
     if (!err) {
-        std::optional<ibv_qp_init_attr> attr;
-        {
-            std::lock_guard lock(cm_mutex());
-            attr = c->qp_init_attr;
-        }
-        if (attr)
-            err = create_qp(event->id, listen->pd, &*attr);
+        if (auto attr = endpoint_qp_attr(c))
+            err = create_qp(to_id(event->id), listen->pd, &*attr);
     }
     if (err) {
         listen->event = event;
@@ -253,10 +217,9 @@ int get_request(rdma_cm_id* listen, rdma_cm_id** out) {
     return 0;
 }
 
-int init_qp_attr(rdma_cm_id* id, ibv_qp_attr* attr, int* mask) {
-    if (id && to_id(id)->kernel)
-        return kernel::init_qp_attr(to_id(id), attr, mask);
-    if (!id || !attr || !mask || !id->verbs)
+int init_qp_attr(CmId* c, ibv_qp_attr* attr, int* mask) {
+    rdma_cm_id* id = &c->id;
+    if (!attr || !mask || !id->verbs)
         return EINVAL;
     // What the kernel's iw_cm_init_qp_attr answers: INIT with the remote
     // access an iWARP connection needs; RTR and RTS have nothing to set
@@ -279,4 +242,4 @@ int init_qp_attr(rdma_cm_id* id, ibv_qp_attr* attr, int* mask) {
     }
 }
 
-}  // namespace usiw::cm
+}  // namespace usiw::cm::user

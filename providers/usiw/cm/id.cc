@@ -13,6 +13,7 @@
 #include <unordered_set>
 
 #include "cm/cm.h"
+#include "cm/cm_engine.h"
 #include "verbs/log.h"
 
 namespace usiw::cm {
@@ -139,6 +140,11 @@ CmId* make_child_id(CmId* listener, DeviceContext* device) {
     child->tos = listener->tos;
     attach_device(child, device);
     return child;
+}
+
+std::optional<ibv_qp_init_attr> endpoint_qp_attr(CmId* listener) {
+    std::lock_guard lock(cm_mutex());
+    return listener->qp_init_attr;
 }
 
 int complete_sync(CmId* c) {

@@ -110,11 +110,12 @@ void attach_device(CmId* id, DeviceContext* device);
 // Sets the id's addresses (and the GIDs that mirror them); a null one is
 // left as it is.
 void set_route(CmId* id, const SockAddr* source, const SockAddr* destination);
-// Closes a listening id's socket and the connections still waiting for
-// their MPA request.
-void stop_listening(CmId* id);
 
 // --- Without the CM lock. ---
+
+// The QP attributes rdma_create_ep gave a passive endpoint, which every
+// rdma_get_request makes its new id's QP with; nullopt if it gave none.
+std::optional<ibv_qp_init_attr> endpoint_qp_attr(CmId* listener);
 
 // librdmacm's ucma_complete: for a synchronous id, acks its previous event
 // and waits for the next, which the id keeps in id->event; a failed event

@@ -19,10 +19,12 @@
 #include "cm/cm_engine.h"
 #include "cm/event_channel.h"
 #include "cm/id.h"
+#include "cm/id_ops.h"
 #include "verbs/device_registry.h"
 #include "verbs/log.h"
 
-namespace usiw::cm::kernel {
+namespace usiw::cm {
+namespace kernel {
 
 namespace {
 
@@ -461,8 +463,7 @@ bool available() {
     return devices && count > 0;
 }
 
-int decide(CmId* c, const SockAddr& local, bool* claimed) {
-    *claimed = false;
+int decide(CmId* c, const SockAddr& local) {
     {
         std::lock_guard lock(cm_mutex());
         if (c->state != IdState::kIdle || c->kernel)
@@ -473,10 +474,16 @@ int decide(CmId* c, const SockAddr& local, bool* claimed) {
     std::string device;
     if (!kernel_device_address(local, &device))
         return 0;
-    if (int err = adopt(c, device))
-        return err;
-    *claimed = true;
-    return 0;
+    return adopt(c, device);
+}
+
+namespace {
+
+// --- the ops of a kernel-backed id (kernel_id_ops, at the end) ---
+
+void release(CmId* c) {
+    if (rdma_cm_id* r = std::exchange(c->kernel, nullptr))
+        call(real().destroy_id, r);
 }
 
 int bind_addr(CmId* c, const sockaddr* addr) {
@@ -614,7 +621,16 @@ void destroy_srq(CmId* c) {
     finish(c);
 }
 
-int get_request(CmId* listener, CmId** out) {
+// Destroys a new id that get_request made but could not hand out.
+void discard(CmId* child) {
+    if (child->id.event)
+        event_ack(to_event(std::exchange(child->id.event, nullptr)));
+    release(child);
+    channel_destroy(child->channel());
+    delete child;
+}
+
+int get_request(CmId* listener, rdma_cm_id** out) {
     rdma_cm_id* fresh = nullptr;
     const int err = call(real().get_request, listener->kernel, &fresh);
     // On failure the real librdmacm leaves the event in the listener.
@@ -641,7 +657,13 @@ int get_request(CmId* listener, CmId** out) {
         std::lock_guard lock(cm_mutex());
         mirror(child);
     }
-    *out = child;
+    if (auto attr = endpoint_qp_attr(listener)) {
+        if (int qp_err = create_qp(child, listener->id.pd, &*attr)) {
+            discard(child);
+            return qp_err;
+        }
+    }
+    *out = &child->id;
     return 0;
 }
 
@@ -663,10 +685,11 @@ void set_pd(CmId* c, ibv_pd* pd) {
     c->id.pd = pd;
 }
 
-void destroy(CmId* c) {
-    if (rdma_cm_id* r = std::exchange(c->kernel, nullptr))
-        call(real().destroy_id, r);
+void close(CmId*) {
+    // Nothing of usiw's listens or connects for it: the real id does.
 }
+
+}  // namespace
 
 void close_channel(EventChannel* channel) {
     if (!channel->kernel)
@@ -700,4 +723,38 @@ void free_devices(ibv_context** real_list) {
     call_void(real().free_devices, real_list);
 }
 
-}  // namespace usiw::cm::kernel
+}  // namespace kernel
+
+// Each forwards the call to the id's real id and mirrors what changed back.
+const IdOps kernel_id_ops = {
+    .accept = kernel::accept,
+    .bind_addr = kernel::bind_addr,
+    .close = kernel::close,
+    .connect = kernel::connect,
+    .create_qp = kernel::create_qp,
+    .create_qp_ex = kernel::create_qp_ex,
+    .create_srq = kernel::create_srq,
+    .create_srq_ex = kernel::create_srq_ex,
+    .destroy_qp = kernel::destroy_qp,
+    .destroy_srq = kernel::destroy_srq,
+    .disconnect = kernel::disconnect,
+    .establish = kernel::establish,
+    .get_remote_ece = kernel::get_remote_ece,
+    .get_request = kernel::get_request,
+    .init_qp_attr = kernel::init_qp_attr,
+    .join_multicast = kernel::join_multicast,
+    .join_multicast_ex = kernel::join_multicast_ex,
+    .leave_multicast = kernel::leave_multicast,
+    .listen = kernel::listen,
+    .migrate = kernel::migrate,
+    .notify = kernel::notify,
+    .reject = kernel::reject,
+    .release = kernel::release,
+    .resolve_addr = kernel::resolve_addr,
+    .resolve_route = kernel::resolve_route,
+    .set_local_ece = kernel::set_local_ece,
+    .set_option = kernel::set_option,
+    .set_pd = kernel::set_pd,
+};
+
+}  // namespace usiw::cm
