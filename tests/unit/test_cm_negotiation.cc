@@ -1,4 +1,4 @@
-// MPA negotiation (cm/negotiation.h) and its knobs (cm/knobs.h): every rule
+// MPA negotiation (cm/negotiation.h) and its knobs (host/settings.h): every rule
 // a responder and an initiator apply, including the cases two usiw ends in
 // one process cannot produce (a peer that disagrees on CRC, asks for
 // markers, answers with another revision, or picks an RTR type that was
@@ -10,8 +10,8 @@
 #include <cstring>
 #include <vector>
 
-#include "cm/knobs.h"
 #include "cm/negotiation.h"
+#include "host/settings.h"
 #include "wire/mpa.h"
 
 // cmocka last: it defines macros that clash with the standard library.

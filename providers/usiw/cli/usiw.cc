@@ -18,12 +18,12 @@
 #include <string_view>
 #include <vector>
 
-#include "cm/knobs.h"
 #include "datapath/engine_scheduling.h"
 #include "datapath/stream.h"
 #include "host/device_stats.h"
 #include "host/link_config.h"
 #include "host/netdev.h"
+#include "host/settings.h"
 
 #ifndef USIW_INSTALLED_PROVIDER
 #error \

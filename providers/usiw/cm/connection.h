@@ -22,9 +22,9 @@
 
 #include "cm/cm_engine.h"
 #include "cm/id.h"
-#include "cm/knobs.h"
 #include "cm/negotiation.h"
 #include "datapath/attach.h"
+#include "host/settings.h"
 
 namespace usiw::cm {
 

@@ -21,7 +21,7 @@
 #include <cstdint>
 #include <span>
 
-#include "cm/knobs.h"
+#include "host/settings.h"
 #include "wire/mpa.h"
 
 namespace usiw::cm {

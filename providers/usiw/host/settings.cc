@@ -1,4 +1,4 @@
-#include "cm/knobs.h"
+#include "host/settings.h"
 
 #include <cstdlib>
 #include <cstring>
