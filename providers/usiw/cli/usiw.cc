@@ -18,8 +18,6 @@
 #include <string_view>
 #include <vector>
 
-#include "datapath/engine_scheduling.h"
-#include "datapath/stream.h"
 #include "host/device_stats.h"
 #include "host/link_config.h"
 #include "host/netdev.h"
@@ -99,10 +97,10 @@ struct ProviderSearch {
 
 ProviderSearch find_provider() {
     ProviderSearch search;
-    if (const char* chosen = std::getenv("USIW_PROVIDER_LIB"); chosen != nullptr && *chosen) {
+    if (std::optional<std::string> chosen = usiw::settings::provider_lib()) {
         // An explicit choice is never second-guessed by falling back.
         search.from_environment = true;
-        search.looked_at.push_back(chosen);
+        search.looked_at.push_back(*chosen);
     } else {
         if (std::string build_tree = build_tree_provider(); !build_tree.empty()) {
             search.looked_at.push_back(build_tree);
@@ -141,44 +139,35 @@ void print_wrapped(const std::string& text, size_t indent) {
     }
 }
 
-// The knobs the provider reads in the programs `usiw run` starts.
-void print_tuning() {
+// The settings registry (host/settings.h), by who reads each setting.
+void print_environment() {
+    using usiw::settings::Scope;
+    struct Section {
+        Scope scope;
+        const char* title;
+    };
+    static constexpr Section kSections[] = {
+        {Scope::kLinks, "Where the links files are (the usiw command and the provider):"},
+        {Scope::kCommand, "The usiw command:"},
+        {Scope::kSetByRun, "Set by `usiw run`:"},
+        {Scope::kProvider, "Tuning, read by the provider in each program from its environment:"},
+        {Scope::kPerDevice,
+         "MPA, read by the provider per usiw device: VALUE for every device, or a\n"
+         "  comma-separated list of VALUE and DEVICE=VALUE items (the later wins),\n"
+         "  e.g. USIW_MPA_CRC_REQUIRED=0,usiw1=1:"},
+    };
     std::printf(
-        "\nTuning (read by the provider in each program, from its environment):\n"
-        "  The MPA knobs take VALUE for every device, or a comma-separated list of\n"
-        "  VALUE and DEVICE=VALUE items (e.g. USIW_MPA_CRC_REQUIRED=0,usiw1=1).\n");
-    for (const usiw::cm::KnobDoc& k : usiw::cm::knob_docs()) {
-        std::printf("  %s = %s\n", k.variable, k.values);
-        print_wrapped(k.meaning, 6);
+        "\nEnvironment (a value a variable does not take is ignored, and said so when\n"
+        "VERBS_LOG_LEVEL >= 1; XDG_CONFIG_HOME and HOME also locate the user links file):\n");
+    for (const Section& section : kSections) {
+        std::printf("  %s\n", section.title);
+        for (const usiw::settings::Setting& s : usiw::settings::all()) {
+            if (s.scope != section.scope)
+                continue;
+            std::printf("    %s = %s\n", s.name, s.values);
+            print_wrapped(std::string(s.meaning) + " (default: " + s.fallback + ")", 8);
+        }
     }
-    std::printf("  USIW_ZCOPY = auto (default) | always | never\n");
-    print_wrapped(
-        "zero-copy transmit (MSG_ZEROCOPY) for large payloads, with each work "
-        "completion held until the kernel has released the buffer; auto stops using it "
-        "on a connection where the kernel copies anyway (loopback, veth)",
-        6);
-    std::printf("  USIW_ZCOPY_MIN = bytes, default %zu\n", usiw::kZeroCopyDefaultMinBytes);
-    print_wrapped("the least payload in one send batch that goes out with zero copy", 6);
-    std::printf("  USIW_ENGINE_SCHED = auto (default) | batch | normal\n");
-    print_wrapped(
-        "how the progress thread (usiw-progress) asks to be scheduled: batch runs it "
-        "under SCHED_BATCH, so that its wake-ups for arriving data do not preempt the "
-        "thread sending it; auto does so too, but switches to the default policy for a "
-        "while when that keeps data waiting that only this thread can place (a target "
-        "spinning on memory with no CPU free)",
-        6);
-    std::printf("  USIW_ENGINE_LATE_US = microseconds, default %llu\n",
-                static_cast<unsigned long long>(usiw::BatchGovernor::kLateNs / 1000));
-    print_wrapped(
-        "auto's measure: a round of the progress thread's work that waited this long "
-        "for a CPU was late, and 4 late rounds in a row switch it to the default policy "
-        "(0: every round counts as late)",
-        6);
-    std::printf("  USIW_DEBUG = 1, or VERBS_LOG_LEVEL = 1..4\n");
-    print_wrapped(
-        "diagnostics on stderr: VERBS_LOG_LEVEL 1-3 errors, 4 or USIW_DEBUG=1 also "
-        "connection setup, TERMINATEs and state changes (silent by default)",
-        6);
 }
 
 void print_help() {
@@ -269,13 +258,6 @@ Files (one link per line, "NAME netdev NETDEV"; '#' starts a comment):
                  else $HOME/.config/usiw/links
                  here, now: %s
 
-Environment:
-  USIW_CONFIG_DIR          directory of the user links file
-  USIW_SYSTEM_CONFIG_DIR   directory of the system links file
-  XDG_CONFIG_HOME, HOME    locate the user links file
-  USIW_PROVIDER_LIB        the provider library `usiw run` preloads
-  LD_PRELOAD, USIW_RUN     set by `usiw run`, as above
-
 Examples:
   usiw run ibv_devices                   # lists usiw0 with no setup
   usiw run ibv_devinfo -d usiw0
@@ -292,7 +274,7 @@ CMD's status once CMD has started.
         provider.found ? provider.found->c_str() : "PROVIDER",
         usiw::config_path(ConfigScope::kSystem).c_str(),
         usiw::config_path(ConfigScope::kUser).c_str());
-    print_tuning();
+    print_environment();
 }
 
 // --- usiw link ---
@@ -573,7 +555,7 @@ int run_command(Args args) {
                     "' contains a space or a colon, which LD_PRELOAD cannot express");
     }
     if (setenv("LD_PRELOAD", preload_with(*provider.found).c_str(), 1) != 0 ||
-        setenv("USIW_RUN", "1", 1) != 0) {
+        setenv(usiw::settings::kRunVariable, "1", 1) != 0) {
         return fail(std::string("cannot set the environment: ") + std::strerror(errno));
     }
     std::vector<char*> argv;

@@ -100,7 +100,7 @@ Connection::Connection(bool active, UniqueFd fd, DeviceContext* device)
     : state_(active ? ConnState::kTcpConnecting : ConnState::kAwaitingRequest),
       fd_(std::move(fd)),
       device_(device),
-      policy_(mpa_policy(device->device->name)) {}
+      policy_(settings::mpa_policy(device->device->name)) {}
 
 // --- common ---
 
@@ -276,7 +276,7 @@ void Connection::run_in_engine() {
 
 int Connection::connect(CmId* id, Qp* qp, uint16_t ird, uint16_t ord,
                         std::span<const std::byte> private_data) {
-    const MpaPolicy policy = mpa_policy(id->device->device->name);
+    const MpaPolicy policy = settings::mpa_policy(id->device->device->name);
     const Offer offer = make_offer(policy, ird, ord);
     std::vector<std::byte> data(id->connect_data);
     data.insert(data.end(), private_data.begin(), private_data.end());

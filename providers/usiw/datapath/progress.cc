@@ -114,8 +114,7 @@ class Engine {
     // sleep (app_sleeping), or stops polling for kAppPollingNs. How it asks
     // to be scheduled: engine_scheduling.h.
     void run() {
-        EngineScheduling scheduling(engine_sched_mode_from_environment(),
-                                    engine_late_ns_from_environment());
+        EngineScheduling scheduling(settings::engine_sched(), settings::engine_late_ns());
         bool was_aside = false;  // since the last wait for the sockets
         for (;;) {
             if (app_polling()) {

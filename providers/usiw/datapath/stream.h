@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "datapath/attach.h"
+#include "host/settings.h"
 #include "wire/fpdu.h"
 
 namespace usiw {
@@ -109,16 +110,10 @@ struct TxBatch {
 // transmitter pauses until the kernel releases some.
 inline constexpr size_t kMaxWaitingBatches = 64;
 
-// USIW_ZCOPY_MIN's default: the least payload of a send batch that goes out
-// with MSG_ZEROCOPY. Chosen by measurement (`scripts/bench.sh --zerocopy`,
-// virtio-net, Documentation/performance.md): below it, pinning the pages
-// and waiting for the kernel's notification cost more than the copy saved.
-inline constexpr size_t kZeroCopyDefaultMinBytes = size_t{1} << 20;
-
-// Zero-copy policy of a stream (USIW_ZCOPY): never; auto, which stops using
-// it on a stream once the kernel reports it copied anyway (loopback, veth);
-// always.
-enum class ZeroCopy : uint8_t { kNever, kAuto, kAlways };
+// Zero-copy policy of a stream (USIW_ZCOPY, host/settings.h): never; auto,
+// which stops using it on a stream once the kernel reports it copied anyway
+// (loopback, veth); always. Its threshold: USIW_ZCOPY_MIN.
+using ZeroCopy = settings::ZeroCopy;
 
 // Where the transmitter is within the current send-queue message.
 struct TxMessage {
