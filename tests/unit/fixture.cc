@@ -91,7 +91,8 @@ void forget(std::vector<T>& v, T x) {
 // The AttachFn of the preloaded provider, or nullptr.
 using AttachFn = int (*)(ibv_qp* qp, int fd, int initiator, int crc, unsigned max_fpdu);
 AttachFn attach_function() {
-    return reinterpret_cast<AttachFn>(dlsym(RTLD_DEFAULT, "usiw_qp_attach_socket"));
+    static const auto fn = reinterpret_cast<AttachFn>(dlsym(RTLD_DEFAULT, "usiw_qp_attach_socket"));
+    return fn;
 }
 
 }  // namespace
