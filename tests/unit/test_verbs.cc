@@ -96,11 +96,10 @@ Fixture& fx(void** state) {
 
 // --- helpers ---
 
-ibv_cq* make_cq(ibv_context* ctx, int cqe, ibv_comp_channel* channel = nullptr,
-                void* cq_context = nullptr) {
-    ibv_cq* cq = ibv_create_cq(ctx, cqe, cq_context, channel, 0);
-    assert_non_null(cq);
-    return cq;
+// The fixture's context and PD, for the fixture's new_*() functions (what
+// they make, the teardown releases, failing the test if a release fails).
+Host host(const Fixture& f) {
+    return Host{f.ctx, f.pd};
 }
 
 ibv_qp_init_attr rc_attr(ibv_cq* send_cq, ibv_cq* recv_cq, uint32_t wr = 16, uint32_t sge = 2,
@@ -117,12 +116,20 @@ ibv_qp_init_attr rc_attr(ibv_cq* send_cq, ibv_cq* recv_cq, uint32_t wr = 16, uin
     return attr;
 }
 
-ibv_qp* make_qp(ibv_pd* pd, ibv_cq* cq, uint32_t wr = 16, uint32_t sge = 2,
+// The capabilities of an RC QP (as rc_attr), left in INIT as created.
+QpOpts caps(uint32_t wr = 16, uint32_t sge = 2, uint32_t inline_data = 0) {
+    QpOpts o;
+    o.send_wr = o.recv_wr = wr;
+    o.sge = sge;
+    o.inline_data = inline_data;
+    o.set_access = false;
+    return o;
+}
+
+// An RC QP on `h`'s PD with one CQ for both queues.
+ibv_qp* make_qp(const Host& h, ibv_cq* cq, uint32_t wr = 16, uint32_t sge = 2,
                 uint32_t inline_data = 0) {
-    ibv_qp_init_attr attr = rc_attr(cq, cq, wr, sge, inline_data);
-    ibv_qp* qp = ibv_create_qp(pd, &attr);
-    assert_non_null(qp);
-    return qp;
+    return new_qp(h, cq, cq, caps(wr, sge, inline_data));
 }
 
 // Posts receives with wr_ids first, first+1, ... one at a time.
@@ -406,10 +413,10 @@ void test_pd_busy_while_in_use(void** state) {
     assert_int_equal(ibv_dereg_mr(mr), 0);
 
     // A QP and an SRQ hold their PD too.
-    ibv_cq* cq = make_cq(f.ctx, 8);
-    ibv_qp* qp = make_qp(pd, cq);
+    ibv_cq* cq = new_cq(host(f), 8);
+    ibv_qp* qp = make_qp(Host{f.ctx, pd}, cq);
     assert_int_equal(ibv_dealloc_pd(pd), EBUSY);
-    assert_int_equal(ibv_destroy_qp(qp), 0);
+    destroy(qp);
     ibv_srq_init_attr sattr{};
     sattr.attr.max_wr = 4;
     sattr.attr.max_sge = 1;
@@ -419,7 +426,6 @@ void test_pd_busy_while_in_use(void** state) {
     assert_int_equal(ibv_destroy_srq(srq), 0);
 
     assert_int_equal(ibv_dealloc_pd(pd), 0);
-    assert_int_equal(ibv_destroy_cq(cq), 0);
 }
 
 // --- memory regions ---
@@ -708,7 +714,7 @@ void test_cq_resize(void** state) {
     Fixture& f = fx(state);
     ibv_device_attr dev{};
     assert_int_equal(ibv_query_device(f.ctx, &dev), 0);
-    ibv_cq* cq = make_cq(f.ctx, 4);
+    ibv_cq* cq = new_cq(host(f), 4);
     assert_int_equal(ibv_resize_cq(cq, 64), 0);
     assert_true(cq->cqe >= 64);
     // Shrinking may keep a larger queue (ibv_resize_cq(3)), never a smaller.
@@ -721,11 +727,9 @@ void test_cq_resize(void** state) {
     // With completions queued: they survive a resize, in order, and the CQ
     // cannot shrink below them.
     assert_int_equal(ibv_resize_cq(cq, 8), 0);
-    static Buffer buf;
-    ibv_mr* mr = ibv_reg_mr(f.pd, buf.bytes, sizeof buf.bytes, IBV_ACCESS_LOCAL_WRITE);
-    assert_non_null(mr);
-    ibv_sge sge{reinterpret_cast<uintptr_t>(buf.bytes), 64, mr->lkey};
-    ibv_qp* qp = make_qp(f.pd, cq, 8);
+    Buf buf = new_buf(host(f), 4096, IBV_ACCESS_LOCAL_WRITE);
+    ibv_sge sge = buf.sge(0, 64);
+    ibv_qp* qp = make_qp(host(f), cq, 8);
     post_recvs(qp, 100, 5, &sge);
     assert_int_equal(set_qp_state(qp, IBV_QPS_ERR), 0);
     assert_int_equal(ibv_resize_cq(cq, 4), EINVAL);
@@ -735,37 +739,31 @@ void test_cq_resize(void** state) {
     assert_int_equal(wcs.size(), 5);
     for (int i = 0; i < 5; ++i)
         assert_int_equal(wcs[i].wr_id, 100 + i);
-
-    assert_int_equal(ibv_destroy_qp(qp), 0);
-    assert_int_equal(ibv_dereg_mr(mr), 0);
-    assert_int_equal(ibv_destroy_cq(cq), 0);
 }
 
 void test_cq_busy_while_used_by_qp(void** state) {
     Fixture& f = fx(state);
-    ibv_cq* scq = make_cq(f.ctx, 8);
-    ibv_cq* rcq = make_cq(f.ctx, 8);
+    ibv_cq* scq = new_cq(host(f), 8);
+    ibv_cq* rcq = new_cq(host(f), 8);
     ibv_qp_init_attr attr = rc_attr(scq, rcq);
     ibv_qp* qp = ibv_create_qp(f.pd, &attr);
     assert_non_null(qp);
     assert_int_equal(ibv_destroy_cq(scq), EBUSY);
     assert_int_equal(ibv_destroy_cq(rcq), EBUSY);
     assert_int_equal(ibv_destroy_qp(qp), 0);
-    assert_int_equal(ibv_destroy_cq(scq), 0);
-    assert_int_equal(ibv_destroy_cq(rcq), 0);
+    destroy(scq);
+    destroy(rcq);
 }
 
 // The overflow of a CQ is an asynchronous CQ error; the entries that fit
 // are kept.
 void test_cq_overflow(void** state) {
     Fixture& f = fx(state);
-    ibv_cq* cq = make_cq(f.ctx, 2);
+    ibv_cq* cq = new_cq(host(f), 2);
     const int size = cq->cqe;  // at least 2
-    static Buffer buf;
-    ibv_mr* mr = ibv_reg_mr(f.pd, buf.bytes, sizeof buf.bytes, IBV_ACCESS_LOCAL_WRITE);
-    assert_non_null(mr);
-    ibv_sge sge{reinterpret_cast<uintptr_t>(buf.bytes), 64, mr->lkey};
-    ibv_qp* qp = make_qp(f.pd, cq, static_cast<uint32_t>(size + 2));
+    Buf buf = new_buf(host(f), 4096, IBV_ACCESS_LOCAL_WRITE);
+    ibv_sge sge = buf.sge(0, 64);
+    ibv_qp* qp = make_qp(host(f), cq, static_cast<uint32_t>(size + 2));
     post_recvs(qp, 0, size + 2, &sge);
     expect_no_async(f.ctx, "the context", 0);
     assert_int_equal(set_qp_state(qp, IBV_QPS_ERR), 0);
@@ -781,17 +779,13 @@ void test_cq_overflow(void** state) {
         assert_int_equal(wcs[i].wr_id, i);
         assert_int_equal(wcs[i].status, IBV_WC_WR_FLUSH_ERR);
     }
-    assert_int_equal(ibv_destroy_qp(qp), 0);
-    assert_int_equal(ibv_dereg_mr(mr), 0);
-    assert_int_equal(ibv_destroy_cq(cq), 0);
 }
 
 // --- completion channels ---
 
 void test_comp_channel_flush_event(void** state) {
     Fixture& f = fx(state);
-    ibv_comp_channel* ch = ibv_create_comp_channel(f.ctx);
-    assert_non_null(ch);
+    ibv_comp_channel* ch = new_comp_channel(host(f));
     assert_true(ch->fd >= 0);
     assert_ptr_equal(ch->context, f.ctx);
     int cookie = 0;
@@ -799,11 +793,9 @@ void test_comp_channel_flush_event(void** state) {
     assert_non_null(cq);
     assert_ptr_equal(cq->channel, ch);
 
-    static Buffer buf;
-    ibv_mr* mr = ibv_reg_mr(f.pd, buf.bytes, sizeof buf.bytes, IBV_ACCESS_LOCAL_WRITE);
-    assert_non_null(mr);
-    ibv_sge sge{reinterpret_cast<uintptr_t>(buf.bytes), 64, mr->lkey};
-    ibv_qp* qp = make_qp(f.pd, cq);
+    Buf buf = new_buf(host(f), 4096, IBV_ACCESS_LOCAL_WRITE);
+    ibv_sge sge = buf.sge(0, 64);
+    ibv_qp* qp = make_qp(host(f), cq);
     post_recvs(qp, 7, 3, &sge);
 
     assert_int_equal(ibv_req_notify_cq(cq, 0), 0);
@@ -832,17 +824,16 @@ void test_comp_channel_flush_event(void** state) {
     }
 
     // Not armed: completions arrive without an event.
-    ibv_qp* qp2 = make_qp(f.pd, cq);
+    ibv_qp* qp2 = make_qp(host(f), cq);
     post_recvs(qp2, 20, 2, &sge);
     assert_int_equal(set_qp_state(qp2, IBV_QPS_ERR), 0);
     assert_int_equal(drain(cq).size(), 2);
     assert_false(readable(ch->fd, 100));
 
-    assert_int_equal(ibv_destroy_qp(qp2), 0);
-    assert_int_equal(ibv_destroy_qp(qp), 0);
-    assert_int_equal(ibv_dereg_mr(mr), 0);
+    // The CQ (with its context) is the test's own.
+    destroy(qp2);
+    destroy(qp);
     assert_int_equal(ibv_destroy_cq(cq), 0);
-    assert_int_equal(ibv_destroy_comp_channel(ch), 0);
 }
 
 // A solicited-only arming fires for the next solicited completion or the
@@ -850,15 +841,11 @@ void test_comp_channel_flush_event(void** state) {
 // its flushes as solicited for this reason): a flush must wake the channel.
 void test_comp_channel_solicited_arming_fires_on_error(void** state) {
     Fixture& f = fx(state);
-    ibv_comp_channel* ch = ibv_create_comp_channel(f.ctx);
-    assert_non_null(ch);
-    ibv_cq* cq = ibv_create_cq(f.ctx, 16, nullptr, ch, 0);
-    assert_non_null(cq);
-    static Buffer buf;
-    ibv_mr* mr = ibv_reg_mr(f.pd, buf.bytes, sizeof buf.bytes, IBV_ACCESS_LOCAL_WRITE);
-    assert_non_null(mr);
-    ibv_sge sge{reinterpret_cast<uintptr_t>(buf.bytes), 64, mr->lkey};
-    ibv_qp* qp = make_qp(f.pd, cq);
+    ibv_comp_channel* ch = new_comp_channel(host(f));
+    ibv_cq* cq = new_cq(host(f), 16, ch);
+    Buf buf = new_buf(host(f), 4096, IBV_ACCESS_LOCAL_WRITE);
+    ibv_sge sge = buf.sge(0, 64);
+    ibv_qp* qp = make_qp(host(f), cq);
     post_recvs(qp, 1, 1, &sge);
 
     assert_int_equal(ibv_req_notify_cq(cq, 1), 0);
@@ -872,11 +859,6 @@ void test_comp_channel_solicited_arming_fires_on_error(void** state) {
     const std::vector<ibv_wc> wcs = drain(cq);
     assert_int_equal(wcs.size(), 1);
     assert_int_equal(wcs[0].status, IBV_WC_WR_FLUSH_ERR);
-
-    assert_int_equal(ibv_destroy_qp(qp), 0);
-    assert_int_equal(ibv_dereg_mr(mr), 0);
-    assert_int_equal(ibv_destroy_cq(cq), 0);
-    assert_int_equal(ibv_destroy_comp_channel(ch), 0);
 }
 
 void test_comp_channel_busy(void** state) {
@@ -911,8 +893,8 @@ void test_comp_channel_of_another_context(void** state) {
 
 void test_qp_create(void** state) {
     Fixture& f = fx(state);
-    ibv_cq* scq = make_cq(f.ctx, 32);
-    ibv_cq* rcq = make_cq(f.ctx, 32);
+    ibv_cq* scq = new_cq(host(f), 32);
+    ibv_cq* rcq = new_cq(host(f), 32);
     int cookie = 0;
     ibv_qp_init_attr attr = rc_attr(scq, rcq, 16, 3, 64);
     attr.cap.max_recv_wr = 8;
@@ -961,17 +943,14 @@ void test_qp_create(void** state) {
     assert_int_equal(qi.sq_sig_all, 1);
     assert_int_equal(qi.cap.max_send_wr, attr.cap.max_send_wr);
 
-    ibv_qp* qp2 = make_qp(f.pd, scq);
+    ibv_qp* qp2 = make_qp(host(f), scq);
     assert_true(qp2->qp_num != qp->qp_num);
-    assert_int_equal(ibv_destroy_qp(qp2), 0);
     assert_int_equal(ibv_destroy_qp(qp), 0);
-    assert_int_equal(ibv_destroy_cq(scq), 0);
-    assert_int_equal(ibv_destroy_cq(rcq), 0);
 }
 
 void test_qp_types_other_than_rc(void** state) {
     Fixture& f = fx(state);
-    ibv_cq* cq = make_cq(f.ctx, 8);
+    ibv_cq* cq = new_cq(host(f), 8);
     // UD and UC do not exist in iWARP; RAW_PACKET is not an RNIC's.
     for (ibv_qp_type type : {IBV_QPT_UD, IBV_QPT_UC, IBV_QPT_RAW_PACKET}) {
         ibv_qp_init_attr attr = rc_attr(cq, cq);
@@ -980,14 +959,13 @@ void test_qp_types_other_than_rc(void** state) {
         assert_null(ibv_create_qp(f.pd, &attr));
         assert_int_equal(errno, EOPNOTSUPP);
     }
-    assert_int_equal(ibv_destroy_cq(cq), 0);
 }
 
 void test_qp_caps_beyond_limits(void** state) {
     Fixture& f = fx(state);
     ibv_device_attr dev{};
     assert_int_equal(ibv_query_device(f.ctx, &dev), 0);
-    ibv_cq* cq = make_cq(f.ctx, 8);
+    ibv_cq* cq = new_cq(host(f), 8);
 
     struct Case {
         const char* what;
@@ -1028,20 +1006,18 @@ void test_qp_caps_beyond_limits(void** state) {
     assert_int_equal(errno, EINVAL);
     ibv_context* other = ibv_open_device(f.device);
     assert_non_null(other);
-    ibv_cq* foreign = make_cq(other, 8);
+    ibv_cq* foreign = new_cq(Host{other, nullptr}, 8);
     attr = rc_attr(cq, foreign);
     errno = 0;
     assert_null(ibv_create_qp(f.pd, &attr));
     assert_int_equal(errno, EINVAL);
-    assert_int_equal(ibv_destroy_cq(foreign), 0);
+    destroy(foreign);
     assert_int_equal(ibv_close_device(other), 0);
-
-    assert_int_equal(ibv_destroy_cq(cq), 0);
 }
 
 void test_create_qp_ex(void** state) {
     Fixture& f = fx(state);
-    ibv_cq* cq = make_cq(f.ctx, 8);
+    ibv_cq* cq = new_cq(host(f), 8);
     ibv_qp_init_attr_ex ex{};
     ex.send_cq = cq;
     ex.recv_cq = cq;
@@ -1086,14 +1062,12 @@ void test_create_qp_ex(void** state) {
     errno = 0;
     assert_null(ibv_create_qp_ex(f.ctx, &ex));
     assert_int_equal(errno, EOPNOTSUPP);
-
-    assert_int_equal(ibv_destroy_cq(cq), 0);
 }
 
 void test_qp_state_transitions(void** state) {
     Fixture& f = fx(state);
-    ibv_cq* cq = make_cq(f.ctx, 16);
-    ibv_qp* qp = make_qp(f.pd, cq);
+    ibv_cq* cq = new_cq(host(f), 16);
+    ibv_qp* qp = make_qp(host(f), cq);
 
     // RTS needs a connection, which only connection management makes.
     assert_int_equal(set_qp_state(qp, IBV_QPS_RTS), EINVAL);
@@ -1135,15 +1109,12 @@ void test_qp_state_transitions(void** state) {
     // From INIT or RTR straight to ERR.
     assert_int_equal(set_qp_state(qp, IBV_QPS_ERR), 0);
     assert_int_equal(qp_state(qp), IBV_QPS_ERR);
-
-    assert_int_equal(ibv_destroy_qp(qp), 0);
-    assert_int_equal(ibv_destroy_cq(cq), 0);
 }
 
 void test_qp_modify_attributes(void** state) {
     Fixture& f = fx(state);
-    ibv_cq* cq = make_cq(f.ctx, 16);
-    ibv_qp* qp = make_qp(f.pd, cq, 16, 2, 32);
+    ibv_cq* cq = new_cq(host(f), 16);
+    ibv_qp* qp = make_qp(host(f), cq, 16, 2, 32);
 
     // perftest -R modifies with only MIN_RNR_TIMER: accepted, nothing moves.
     ibv_qp_attr attr{};
@@ -1218,22 +1189,17 @@ void test_qp_modify_attributes(void** state) {
     assert_int_equal(ibv_query_qp(qp, &qa, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS, &qi), 0);
     assert_int_equal(qa.qp_state, IBV_QPS_RTR);
     assert_int_equal(qa.qp_access_flags, IBV_ACCESS_REMOTE_READ);
-
-    assert_int_equal(ibv_destroy_qp(qp), 0);
-    assert_int_equal(ibv_destroy_cq(cq), 0);
 }
 
 void test_post_recv(void** state) {
     Fixture& f = fx(state);
-    static Buffer buf;
-    ibv_mr* mr = ibv_reg_mr(f.pd, buf.bytes, sizeof buf.bytes, IBV_ACCESS_LOCAL_WRITE);
-    assert_non_null(mr);
-    ibv_cq* cq = make_cq(f.ctx, 16);
-    ibv_qp* qp = make_qp(f.pd, cq, 4, 2);
+    Buf buf = new_buf(host(f), 4096, IBV_ACCESS_LOCAL_WRITE);
+    ibv_cq* cq = new_cq(host(f), 16);
+    ibv_qp* qp = make_qp(host(f), cq, 4, 2);
 
     ibv_sge sges[3];
     for (int i = 0; i < 3; ++i)
-        sges[i] = {reinterpret_cast<uintptr_t>(buf.bytes + 64 * i), 64, mr->lkey};
+        sges[i] = buf.sge(64 * i, 64);
 
     // A chain whose second WR has too many SGEs: the first is queued, the
     // second is reported, the third is not looked at.
@@ -1293,20 +1259,14 @@ void test_post_recv(void** state) {
     bad = nullptr;
     assert_int_equal(ibv_post_recv(qp, &late, &bad), ENOMEM);
     assert_ptr_equal(bad, &late);
-
-    assert_int_equal(ibv_destroy_qp(qp), 0);
-    assert_int_equal(ibv_destroy_cq(cq), 0);
-    assert_int_equal(ibv_dereg_mr(mr), 0);
 }
 
 void test_post_recv_in_rtr_queues(void** state) {
     Fixture& f = fx(state);
-    static Buffer buf;
-    ibv_mr* mr = ibv_reg_mr(f.pd, buf.bytes, sizeof buf.bytes, IBV_ACCESS_LOCAL_WRITE);
-    assert_non_null(mr);
-    ibv_sge sge{reinterpret_cast<uintptr_t>(buf.bytes), 64, mr->lkey};
-    ibv_cq* cq = make_cq(f.ctx, 16);
-    ibv_qp* qp = make_qp(f.pd, cq, 4, 1);
+    Buf buf = new_buf(host(f), 4096, IBV_ACCESS_LOCAL_WRITE);
+    ibv_sge sge = buf.sge(0, 64);
+    ibv_cq* cq = new_cq(host(f), 16);
+    ibv_qp* qp = make_qp(host(f), cq, 4, 1);
     post_recvs(qp, 1, 2, &sge);
     assert_int_equal(set_qp_state(qp, IBV_QPS_RTR), 0);
     post_recvs(qp, 3, 2, &sge);
@@ -1316,19 +1276,14 @@ void test_post_recv_in_rtr_queues(void** state) {
     assert_int_equal(wcs.size(), 4);
     for (int i = 0; i < 4; ++i)
         assert_int_equal(wcs[i].wr_id, 1 + i);
-    assert_int_equal(ibv_destroy_qp(qp), 0);
-    assert_int_equal(ibv_destroy_cq(cq), 0);
-    assert_int_equal(ibv_dereg_mr(mr), 0);
 }
 
 void test_post_send_before_rts(void** state) {
     Fixture& f = fx(state);
-    static Buffer buf;
-    ibv_mr* mr = ibv_reg_mr(f.pd, buf.bytes, sizeof buf.bytes, IBV_ACCESS_LOCAL_WRITE);
-    assert_non_null(mr);
-    ibv_sge sge{reinterpret_cast<uintptr_t>(buf.bytes), 64, mr->lkey};
-    ibv_cq* cq = make_cq(f.ctx, 16);
-    ibv_qp* qp = make_qp(f.pd, cq);
+    Buf buf = new_buf(host(f), 4096, IBV_ACCESS_LOCAL_WRITE);
+    ibv_sge sge = buf.sge(0, 64);
+    ibv_cq* cq = new_cq(host(f), 16);
+    ibv_qp* qp = make_qp(host(f), cq);
 
     ibv_send_wr wr[2]{};
     wr[0].wr_id = 1;
@@ -1355,24 +1310,15 @@ void test_post_send_before_rts(void** state) {
     assert_int_equal(set_qp_state(qp, IBV_QPS_INIT), 0);
     assert_int_equal(set_qp_state(qp, IBV_QPS_ERR), 0);
     assert_int_equal(drain(cq).size(), 0);
-
-    assert_int_equal(ibv_destroy_qp(qp), 0);
-    assert_int_equal(ibv_destroy_cq(cq), 0);
-    assert_int_equal(ibv_dereg_mr(mr), 0);
 }
 
 void test_post_send_in_error_flushes(void** state) {
     Fixture& f = fx(state);
-    static Buffer buf;
-    ibv_mr* mr = ibv_reg_mr(f.pd, buf.bytes, sizeof buf.bytes,
-                            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-    assert_non_null(mr);
-    ibv_sge sge{reinterpret_cast<uintptr_t>(buf.bytes), 64, mr->lkey};
-    ibv_cq* scq = make_cq(f.ctx, 16);
-    ibv_cq* rcq = make_cq(f.ctx, 16);
-    ibv_qp_init_attr attr = rc_attr(scq, rcq, 8, 2, 64);
-    ibv_qp* qp = ibv_create_qp(f.pd, &attr);
-    assert_non_null(qp);
+    Buf buf = new_buf(host(f), 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    ibv_sge sge = buf.sge(0, 64);
+    ibv_cq* scq = new_cq(host(f), 16);
+    ibv_cq* rcq = new_cq(host(f), 16);
+    ibv_qp* qp = new_qp(host(f), scq, rcq, caps(8, 2, 64));
     assert_int_equal(set_qp_state(qp, IBV_QPS_ERR), 0);
 
     const struct {
@@ -1395,8 +1341,8 @@ void test_post_send_in_error_flushes(void** state) {
         wr[i].sg_list = &sge;
         wr[i].num_sge = 1;
         wr[i].wr.rdma.remote_addr = 0x1000;
-        wr[i].wr.rdma.rkey = mr->rkey;
-        wr[i].invalidate_rkey = mr->rkey;
+        wr[i].wr.rdma.rkey = buf.rkey();
+        wr[i].invalidate_rkey = buf.rkey();
         wr[i].next = i + 1 < kOps ? &wr[i + 1] : nullptr;
     }
     ibv_send_wr* bad = nullptr;
@@ -1413,25 +1359,18 @@ void test_post_send_in_error_flushes(void** state) {
         assert_int_equal(wcs[i].qp_num, qp->qp_num);
     }
     assert_int_equal(drain(rcq).size(), 0);
-
-    assert_int_equal(ibv_destroy_qp(qp), 0);
-    assert_int_equal(ibv_destroy_cq(scq), 0);
-    assert_int_equal(ibv_destroy_cq(rcq), 0);
-    assert_int_equal(ibv_dereg_mr(mr), 0);
 }
 
 void test_post_send_invalid_requests(void** state) {
     Fixture& f = fx(state);
-    static Buffer buf;
-    ibv_mr* mr = ibv_reg_mr(f.pd, buf.bytes, sizeof buf.bytes, IBV_ACCESS_LOCAL_WRITE);
-    assert_non_null(mr);
-    ibv_cq* cq = make_cq(f.ctx, 32);
-    ibv_qp* qp = make_qp(f.pd, cq, 8, 2, 64);
+    Buf buf = new_buf(host(f), 4096, IBV_ACCESS_LOCAL_WRITE);
+    ibv_cq* cq = new_cq(host(f), 32);
+    ibv_qp* qp = make_qp(host(f), cq, 8, 2, 64);
     assert_int_equal(set_qp_state(qp, IBV_QPS_ERR), 0);
 
     ibv_sge sges[3];
     for (int i = 0; i < 3; ++i)
-        sges[i] = {reinterpret_cast<uintptr_t>(buf.bytes + 1024 * i), 40, mr->lkey};
+        sges[i] = buf.sge(1024 * i, 40);
 
     auto post_one = [&](ibv_send_wr& wr) {
         ibv_send_wr* bad = nullptr;
@@ -1511,10 +1450,6 @@ void test_post_send_invalid_requests(void** state) {
     assert_int_equal(wcs.size(), 2);
     assert_int_equal(wcs[0].wr_id, 2);
     assert_int_equal(wcs[1].wr_id, 10);
-
-    assert_int_equal(ibv_destroy_qp(qp), 0);
-    assert_int_equal(ibv_destroy_cq(cq), 0);
-    assert_int_equal(ibv_dereg_mr(mr), 0);
 }
 
 // --- shared receive queues ---
@@ -1616,14 +1551,8 @@ void test_srq_modify(void** state) {
 
 void test_srq_post_recv(void** state) {
     Fixture& f = fx(state);
-    static Buffer buf;
-    ibv_mr* mr = ibv_reg_mr(f.pd, buf.bytes, sizeof buf.bytes, IBV_ACCESS_LOCAL_WRITE);
-    assert_non_null(mr);
-    ibv_srq_init_attr init{};
-    init.attr.max_wr = 4;
-    init.attr.max_sge = 2;
-    ibv_srq* srq = ibv_create_srq(f.pd, &init);
-    assert_non_null(srq);
+    Buf buf = new_buf(host(f), 4096, IBV_ACCESS_LOCAL_WRITE);
+    ibv_srq* srq = new_srq(host(f), 4, 2);
     ibv_srq_attr attr{};
     assert_int_equal(ibv_query_srq(srq, &attr), 0);
     const uint32_t max_wr = attr.max_wr;
@@ -1631,7 +1560,7 @@ void test_srq_post_recv(void** state) {
 
     std::vector<ibv_sge> sges(max_sge + 1);
     for (auto& s : sges)
-        s = {reinterpret_cast<uintptr_t>(buf.bytes), 64, mr->lkey};
+        s = buf.sge(0, 64);
     ibv_recv_wr wr{};
     wr.wr_id = 1;
     wr.sg_list = sges.data();
@@ -1657,22 +1586,13 @@ void test_srq_post_recv(void** state) {
     attr.max_wr = max_wr + 2;
     assert_int_equal(ibv_modify_srq(srq, &attr, IBV_SRQ_MAX_WR), 0);
     assert_int_equal(ibv_post_srq_recv(srq, &wr, &bad), 0);
-
-    assert_int_equal(ibv_destroy_srq(srq), 0);
-    assert_int_equal(ibv_dereg_mr(mr), 0);
 }
 
 void test_qp_on_srq(void** state) {
     Fixture& f = fx(state);
-    static Buffer buf;
-    ibv_mr* mr = ibv_reg_mr(f.pd, buf.bytes, sizeof buf.bytes, IBV_ACCESS_LOCAL_WRITE);
-    assert_non_null(mr);
-    ibv_sge sge{reinterpret_cast<uintptr_t>(buf.bytes), 64, mr->lkey};
-    ibv_srq_init_attr sinit{};
-    sinit.attr.max_wr = 8;
-    sinit.attr.max_sge = 1;
-    ibv_srq* srq = ibv_create_srq(f.pd, &sinit);
-    assert_non_null(srq);
+    Buf buf = new_buf(host(f), 4096, IBV_ACCESS_LOCAL_WRITE);
+    ibv_sge sge = buf.sge(0, 64);
+    ibv_srq* srq = new_srq(host(f), 8, 1);
     ibv_recv_wr rwr{};
     rwr.wr_id = 5;
     rwr.sg_list = &sge;
@@ -1680,13 +1600,10 @@ void test_qp_on_srq(void** state) {
     ibv_recv_wr* bad = nullptr;
     assert_int_equal(ibv_post_srq_recv(srq, &rwr, &bad), 0);
 
-    ibv_cq* cq = make_cq(f.ctx, 16);
-    ibv_qp_init_attr attr = rc_attr(cq, cq, 8, 1);
-    attr.srq = srq;
-    attr.cap.max_recv_wr = 0;
-    attr.cap.max_recv_sge = 0;
-    ibv_qp* qp = ibv_create_qp(f.pd, &attr);
-    assert_non_null(qp);
+    ibv_cq* cq = new_cq(host(f), 16);
+    QpOpts o = caps(8, 1);
+    o.srq = srq;  // no receive queue of its own: 0 receive WRs and SGEs
+    ibv_qp* qp = new_qp(host(f), cq, cq, o);
     assert_ptr_equal(qp->srq, srq);
 
     // Its receives come from the SRQ.
@@ -1704,11 +1621,6 @@ void test_qp_on_srq(void** state) {
     // ERR again is no new transition: no second event.
     assert_int_equal(set_qp_state(qp, IBV_QPS_ERR), 0);
     expect_no_async(f.ctx, "the context", 100);
-
-    assert_int_equal(ibv_destroy_qp(qp), 0);
-    assert_int_equal(ibv_destroy_srq(srq), 0);
-    assert_int_equal(ibv_destroy_cq(cq), 0);
-    assert_int_equal(ibv_dereg_mr(mr), 0);
 }
 
 // --- two QPs connected over loopback TCP ---
@@ -1958,35 +1870,16 @@ void test_unsupported_verbs(void** state) {
 // UBSan a provider that hands the NULL list to memcpy aborts the binary.
 void test_zero_length_work_requests(void** state) {
     Fixture& f = fx(state);
-    ibv_cq* cq = make_cq(f.ctx, 16);
-    ibv_qp* qp = make_qp(f.pd, cq);
-    ibv_recv_wr rwr{};
-    rwr.wr_id = 1;
-    rwr.sg_list = nullptr;
-    rwr.num_sge = 0;
-    ibv_recv_wr* rbad = nullptr;
-    assert_int_equal(ibv_post_recv(qp, &rwr, &rbad), 0);
-
-    ibv_srq_init_attr sinit{};
-    sinit.attr.max_wr = 4;
-    sinit.attr.max_sge = 1;
-    ibv_srq* srq = ibv_create_srq(f.pd, &sinit);
-    assert_non_null(srq);
-    rwr.wr_id = 2;
-    assert_int_equal(ibv_post_srq_recv(srq, &rwr, &rbad), 0);
+    ibv_cq* cq = new_cq(host(f), 16);
+    ibv_qp* qp = make_qp(host(f), cq);
+    // The fixture posts an empty list as sg_list NULL, num_sge 0.
+    post_recv(qp, 1, {});
+    ibv_srq* srq = new_srq(host(f), 4, 1);
+    post_srq_recv(srq, 2, {});
 
     assert_int_equal(set_qp_state(qp, IBV_QPS_ERR), 0);
-    ibv_send_wr swr{};
-    swr.wr_id = 3;
-    swr.opcode = IBV_WR_SEND;
-    swr.send_flags = IBV_SEND_SIGNALED;
-    swr.sg_list = nullptr;
-    swr.num_sge = 0;
-    ibv_send_wr* sbad = nullptr;
-    assert_int_equal(ibv_post_send(qp, &swr, &sbad), 0);
-    swr.wr_id = 4;
-    swr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
-    assert_int_equal(ibv_post_send(qp, &swr, &sbad), 0);
+    post(qp, send_wr(3, {}));
+    post(qp, send_wr(4, {}, IBV_SEND_SIGNALED | IBV_SEND_INLINE));
 
     const std::vector<ibv_wc> wcs = drain(cq);
     assert_int_equal(wcs.size(), 3);
@@ -1995,10 +1888,6 @@ void test_zero_length_work_requests(void** state) {
     assert_int_equal(wcs[2].wr_id, 4);
     for (const ibv_wc& wc : wcs)
         assert_int_equal(wc.status, IBV_WC_WR_FLUSH_ERR);
-
-    assert_int_equal(ibv_destroy_qp(qp), 0);
-    assert_int_equal(ibv_destroy_srq(srq), 0);
-    assert_int_equal(ibv_destroy_cq(cq), 0);
 }
 
 }  // namespace
