@@ -304,6 +304,13 @@ void expect_bytes(const uint8_t* got, const uint8_t* want, size_t n, const char*
            got[at], want[at], bad);
 }
 
+void expect_landed(const Buf& b, size_t off, const uint8_t* data, size_t n, const char* what) {
+    EXPECT(off + n <= b.n, "%s: %zu bytes at %zu do not fit in %zu", what, n, off, b.n);
+    std::vector<uint8_t> image(b.n, kGuard);
+    std::memcpy(image.data() + off, data, n);
+    expect_bytes(b.p, image.data(), b.n, what);
+}
+
 // --- posting ---
 
 Wr send_wr(uint64_t id, std::vector<ibv_sge> sges, unsigned flags) {

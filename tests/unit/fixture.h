@@ -143,6 +143,8 @@ int release_all_teardown(void** state);
 void pattern(uint8_t* p, size_t n, uint32_t seed);
 // Every byte of `got` is `want`'s; a failure names the first that is not.
 void expect_bytes(const uint8_t* got, const uint8_t* want, size_t n, const char* what);
+// `b` holds the `n` bytes of `data` at `off`, and kGuard around them.
+void expect_landed(const Buf& b, size_t off, const uint8_t* data, size_t n, const char* what);
 
 // --- posting ---
 

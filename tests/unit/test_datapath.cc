@@ -155,7 +155,6 @@ void test_send_sizes(void**) {
         Buf src = new_buf(p.ha, kMiB + 64);
         pattern(src.p, src.n, 11);
         Buf dst = new_buf(p.hb, kMiB + 256);
-        std::vector<uint8_t> image(dst.n);
         uint64_t id = 0;
         for (size_t size : kSizes) {
             // Size 0 goes twice: one SGE of length 0, and no SGE at all.
@@ -176,9 +175,7 @@ void test_send_sizes(void**) {
                 expect_recv(wc, id, size, "receiver");
                 EXPECT(wc.wc_flags == 0, "wc_flags 0x%x", wc.wc_flags);
                 EXPECT(wc.qp_num == p.b->qp_num, "qp_num %u, expected %u", wc.qp_num, p.b->qp_num);
-                std::memset(image.data(), kGuard, image.size());
-                std::memcpy(image.data() + doff, src.p + soff, size);
-                expect_bytes(dst.p, image.data(), dst.n, "receive MR");
+                expect_landed(dst, doff, src.p + soff, size, "receive MR");
             }
         }
         where("send_sizes %s: no stray completions", framing_name(c));
@@ -535,7 +532,6 @@ void test_write_sizes(void**) {
         pattern(src.p, src.n, 71);
         Buf dst = new_buf(p.hb, kMiB + 16384);
         Buf marker = new_buf(p.hb, 64);
-        std::vector<uint8_t> image(dst.n);
         uint64_t id = 0;
         for (size_t size : kSizes) {
             for (int signaled = 0; signaled < 2; ++signaled) {
@@ -558,9 +554,7 @@ void test_write_sizes(void**) {
                           "marker send");
                 expect_wc(expect_one(p.br, "marker receive"), id, IBV_WC_SUCCESS, IBV_WC_RECV,
                           "marker receive (the only completion at the target)");
-                std::memset(image.data(), kGuard, image.size());
-                std::memcpy(image.data() + doff, src.p + soff, size);
-                expect_bytes(dst.p, image.data(), dst.n, "target MR");
+                expect_landed(dst, doff, src.p + soff, size, "target MR");
             }
         }
         where("write_sizes %s: the target has no completions of its own", framing_name(c));
@@ -582,7 +576,6 @@ void test_read_sizes(void**) {
         pattern(src.p, src.n, 81);
         std::vector<uint8_t> src_before(src.p, src.p + src.n);
         Buf dst = new_buf(p.ha, kMiB + 256);
-        std::vector<uint8_t> image(dst.n);
         uint64_t id = 0;
         for (size_t size : kSizes) {
             for (int variant = 0; variant < (size == 0 ? 2 : 1); ++variant) {
@@ -599,9 +592,7 @@ void test_read_sizes(void**) {
                 const ibv_wc wc = expect_one(p.as, "read");
                 expect_wc(wc, id, IBV_WC_SUCCESS, IBV_WC_RDMA_READ, "read");
                 EXPECT(wc.byte_len == size, "byte_len %u", wc.byte_len);
-                std::memset(image.data(), kGuard, image.size());
-                std::memcpy(image.data() + loff, src.p + roff, size);
-                expect_bytes(dst.p, image.data(), dst.n, "local MR");
+                expect_landed(dst, loff, src.p + roff, size, "local MR");
             }
         }
         where("read_sizes %s: the source is unchanged and saw no completions", framing_name(c));
@@ -714,10 +705,8 @@ void test_read_fence_send(void**) {
             expect_wc(done[1], 2, IBV_WC_SUCCESS, IBV_WC_SEND, "second completion: SEND");
             const ibv_wc wc = expect_one(p.br, "receiver");
             expect_recv(wc, 7, size, "receiver");
-            std::vector<uint8_t> image(rbuf.n, kGuard);
-            std::memcpy(image.data() + 64, remote.p + 32, size);
-            expect_bytes(rbuf.p, image.data(), rbuf.n,
-                         "fenced SEND's data (must be what the READ brought)");
+            expect_landed(rbuf, 64, remote.p + 32, size,
+                          "fenced SEND's data (must be what the READ brought)");
             release_all();
         }
     }
@@ -748,15 +737,9 @@ void test_completion_order(void**) {
             expect_wc(done[1], 3, IBV_WC_SUCCESS, IBV_WC_SEND, "second completion: SEND");
             expect_cq_empty(p.as, kQuietMs, "initiator (the WRITE is unsignaled)");
             expect_wc(expect_one(p.br, "receiver"), 9, IBV_WC_SUCCESS, IBV_WC_RECV, "receiver");
-            std::vector<uint8_t> image(size + 64, kGuard);
-            std::memcpy(image.data() + 16, src.p, size);
-            expect_bytes(wdst.p, image.data(), wdst.n, "WRITE target");
-            std::memset(image.data(), kGuard, image.size());
-            std::memcpy(image.data() + 4, rsrc.p + 3, size);
-            expect_bytes(rdst.p, image.data(), rdst.n, "READ destination");
-            std::memset(image.data(), kGuard, image.size());
-            std::memcpy(image.data() + 8, src.p + size, size);
-            expect_bytes(rbuf.p, image.data(), rbuf.n, "SEND destination");
+            expect_landed(wdst, 16, src.p, size, "WRITE target");
+            expect_landed(rdst, 4, rsrc.p + 3, size, "READ destination");
+            expect_landed(rbuf, 8, src.p + size, size, "SEND destination");
             release_all();
         }
     }
@@ -1454,9 +1437,7 @@ void test_hostile_read_after_valid_read(void**) {
         const std::vector<ibv_wc> wcs = expect_wcs(p.as, 2, "initiator");
         expect_wc(wcs[0], 1, IBV_WC_SUCCESS, IBV_WC_RDMA_READ, "the valid READ");
         expect_wc(wcs[1], 2, IBV_WC_REM_ACCESS_ERR, IBV_WC_RDMA_READ, "the bad READ");
-        std::vector<uint8_t> image(local.n, kGuard);
-        std::memcpy(image.data(), remote.p + 8, kSize);
-        expect_bytes(local.p, image.data(), local.n, "READ destinations");
+        expect_landed(local, 0, remote.p + 8, kSize, "READ destinations");
         expect_state(p.a, IBV_QPS_ERR, "initiator");
         expect_state(p.b, IBV_QPS_ERR, "responder");
         expect_async(p.hb.ctx, p.b, IBV_EVENT_QP_ACCESS_ERR, "responder");
