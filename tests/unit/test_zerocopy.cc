@@ -6,7 +6,9 @@
 // (on loopback: until the peer has read the data); with zero copy off it
 // completes as soon as the socket accepted it, as in Linux siw. The peer
 // then reads the FPDUs and checks the payload is the buffer's content at
-// post time. The counters show the deferred completion.
+// post time. The counters show the deferred completion: the test's device
+// (usiwzc0, or the one USIW_TEST_DEVICE names) is its own, so that only its
+// own traffic moves them (tests/unit/CMakeLists.txt).
 #include <infiniband/verbs.h>
 
 #include <cstdlib>
@@ -113,6 +115,7 @@ void test_copy_completes_when_the_socket_accepts(void**) {
 }  // namespace
 
 int main() {
+    setenv("USIW_TEST_DEVICE", "usiwzc0", 0);
     const CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_signalled_zero_copy_completes_only_after_release,
                                   release_all_teardown),
