@@ -105,14 +105,7 @@ SKIP=(
     "test_cq_events.CqEventsTestCase.test_cq_events_ud|completion events over UD traffic: UD does not exist in iWARP"
 )
 
-passed=0
-failed=0
-
-bail() {
-    echo "FAIL - $1"
-    echo "0 passed, 1 failed"
-    exit 1
-}
+. "$HERE/../../scripts/lib/usiw.sh"
 
 [[ -x $PYTHON ]] || bail "$PYTHON not found"
 [[ -d $SUITE ]] || bail "no pyverbs test suite at $SUITE (Debian package python3-pyverbs)"
@@ -159,7 +152,7 @@ classify() {  # ID: prints the list that holds it, or nothing
 coverage_ok=1
 while read -r id; do
     if [[ -z $(classify "$id") ]]; then
-        echo "FAIL - $id is in no list (RUN, KNOWN_BUGS, SKIP): classify it"
+        echo "  $id is in no list (RUN, KNOWN_BUGS, SKIP): classify it"
         coverage_ok=0
     fi
 done <"$WORK/all"
@@ -170,15 +163,14 @@ for entry in "${RUN[@]}" "${KNOWN_BUGS[@]}" "${SKIP[@]}"; do
         [[ $id == "$name" || $id == "$name".* ]] && { found=1; break; }
     done
     if [[ $found -eq 0 ]]; then
-        echo "FAIL - $name is listed here but not in the installed suite"
+        echo "  $name is listed here but not in the installed suite"
         coverage_ok=0
     fi
 done
 if [[ $coverage_ok -eq 1 ]]; then
-    passed=$((passed + 1))
-    echo "ok   - all $(wc -l <"$WORK/all") tests of ${MODULES[*]} are classified (${#RUN[@]} run, ${#KNOWN_BUGS[@]} known bugs, the rest skipped)"
+    ok "all $(wc -l <"$WORK/all") tests of ${MODULES[*]} are classified (${#RUN[@]} run, ${#KNOWN_BUGS[@]} known bugs, the rest skipped)"
 else
-    failed=$((failed + 1))
+    bad "the lists (RUN, KNOWN_BUGS, SKIP) and the installed suite differ, as above"
 fi
 
 # --- the tests that must pass ---
@@ -191,7 +183,7 @@ run_bad=$(grep -cE '^(FAIL|ERROR|SKIP|XFAIL|XPASS) ' "$WORK/run.out")
 passed=$((passed + run_passed))
 if [[ $status -ne 0 || $run_passed -ne ${#RUN[@]} ]]; then
     failed=$((failed + (run_bad > 0 ? run_bad : 1)))
-    echo "FAIL - pyverbs: $run_passed of ${#RUN[@]} RUN tests passed (runner exit $status)"
+    echo "FAIL: pyverbs: $run_passed of ${#RUN[@]} RUN tests passed (runner exit $status)"
 fi
 
 # --- known usiw bugs: information only ---
@@ -246,10 +238,10 @@ if [[ $(id -u) -eq 0 ]] && command -v unshare >/dev/null; then
     passed=$((passed + cm_passed))
     if [[ $cm_passed -ne ${#RDMACM_RUN[@]} ]]; then
         failed=$((failed + ${#RDMACM_RUN[@]} - cm_passed))
-        echo "FAIL - pyverbs rdma_cm: $cm_passed of ${#RDMACM_RUN[@]} tests passed"
+        echo "FAIL: pyverbs rdma_cm: $cm_passed of ${#RDMACM_RUN[@]} tests passed"
     fi
 else
-    echo "skip - the rdma_cm tests need root (a private mount namespace)"
+    skip "the rdma_cm tests need root (a private mount namespace)"
 fi
 
 echo "$passed passed, $failed failed, ${#SKIP[@]} skip-list entries, ${#KNOWN_BUGS[@]} known bugs"

@@ -14,7 +14,7 @@
 # The netns part needs root (ip netns); without it, it is reported skipped.
 # Prints one line per check and "N passed, M failed" at the end.
 set -u
-. "$(dirname "$0")/../../scripts/lib/listen.sh"
+. "$(dirname "$0")/../../scripts/lib/usiw.sh"
 
 USIW=${1:?usage: traffic.sh PATH/TO/usiw [loopback|netns|all]}
 WHERE=${2:-all}
@@ -25,39 +25,27 @@ NS_B=usiw-tb-$$
 # namespaces this script creates.
 ADDR_A=192.0.2.1
 ADDR_B=192.0.2.2
-passed=0
-failed=0
-skipped=0
 
 cleanup() {
-    jobs -p | xargs -r kill 2>/dev/null
-    ip netns del "$NS_A" 2>/dev/null
-    ip netns del "$NS_B" 2>/dev/null
+    stop_jobs
+    netns_del "$NS_A" "$NS_B"
     rm -rf "$WORK"
 }
 trap cleanup EXIT
 
-ok() { echo "PASS: $1"; passed=$((passed + 1)); }
-bad() { echo "FAIL: $1"; failed=$((failed + 1)); }
-skip() { echo "SKIP: $1"; skipped=$((skipped + 1)); }
-
 # An empty configuration: the default device usiw0 on lo.
-mkdir -p "$WORK/lo"
+links_dir "$WORK/lo"
 # Per-namespace configurations: usiw0 on that side's veth end.
-mkdir -p "$WORK/a" "$WORK/b"
-echo "usiw0 netdev va" >"$WORK/a/links"
-echo "usiw0 netdev vb" >"$WORK/b/links"
+links_dir "$WORK/a" "usiw0 netdev va"
+links_dir "$WORK/b" "usiw0 netdev vb"
 
 # side CONFIGDIR NETNS CMD...: runs CMD under usiw in that setting.
 side() {
     local config=$1 netns=$2
     shift 2
-    local prefix=()
-    [ -n "$netns" ] && prefix=(ip netns exec "$netns")
     # USIW_DEBUG: the CM's states and events go to the log, so that a rare
     # failure (a hang shows only as exit 124) says how far each end got.
-    USIW_DEBUG=1 USIW_CONFIG_DIR=$config USIW_SYSTEM_CONFIG_DIR=$config \
-        "${prefix[@]}" timeout 60 "$USIW" run "$@"
+    USIW_DEBUG=1 with_links "$config" in_ns "$netns" timeout 60 "$USIW" run "$@"
 }
 
 # pair NAME PORT SERVER_ENV CLIENT_ENV SERVER_REGEX CLIENT_REGEX -- SERVER_ARGS -- CLIENT_ARGS
@@ -66,38 +54,30 @@ pair() {
     local name=$1 port=$2 senv=$3 cenv=$4 sre=$5 cre=$6
     shift 6
     [ "$1" = -- ] && shift
-    local sargs=() cargs=()
-    while [ $# -gt 0 ] && [ "$1" != -- ]; do sargs+=("$1"); shift; done
-    shift
-    cargs=("$@")
+    split_at_dashes "$@"
+    local sargs=("${before[@]}") cargs=("${after[@]}")
     local sconf snet cconf cnet
     read -r sconf snet <<<"$senv"
     read -r cconf cnet <<<"$cenv"
     local file=${name//[^A-Za-z0-9_.-]/_}
     local sout="$WORK/$file.server" cout="$WORK/$file.client"
-    side "$sconf" "$snet" "${sargs[@]}" >"$sout" 2>&1 &
-    local spid=$!
-    if ! wait_listen "$snet" 10 "$port"; then
+    if ! server_client "$port" "$snet" 10 "$sout" "$cout" side "$sconf" "$snet" "${sargs[@]}" \
+        -- side "$cconf" "$cnet" "${cargs[@]}"; then
         bad "$name: server never listened on port $port"
-        kill "$spid" 2>/dev/null
-        sed 's/^/    server: /' "$sout" | tail -n 5
+        show server "$sout" 5
         return
     fi
-    side "$cconf" "$cnet" "${cargs[@]}" >"$cout" 2>&1
-    local crc=$?
-    wait "$spid"
-    local src=$?
     local why=""
-    [ "$crc" -eq 0 ] || why+=" client exit $crc;"
-    [ "$src" -eq 0 ] || why+=" server exit $src;"
+    [ "$client_rc" -eq 0 ] || why+=" client exit $client_rc;"
+    [ "$server_rc" -eq 0 ] || why+=" server exit $server_rc;"
     grep -Eq "$cre" "$cout" || why+=" client output lacks /$cre/;"
     grep -Eq "$sre" "$sout" || why+=" server output lacks /$sre/;"
     if [ -z "$why" ]; then
         ok "$name"
     else
         bad "$name:$why"
-        sed 's/^/    server: /' "$sout" | tail -n 30
-        sed 's/^/    client: /' "$cout" | tail -n 30
+        show server "$sout" 30
+        show client "$cout" 30
     fi
 }
 
@@ -157,30 +137,15 @@ fi
 if [ "$WHERE" = netns ] || [ "$WHERE" = all ]; then
     if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null; then
         skip "netns: needs root and iproute2"
-    elif ip netns add "$NS_A" 2>/dev/null && ip netns add "$NS_B" &&
-        ip link add va netns "$NS_A" type veth peer name vb netns "$NS_B" &&
-        ip -n "$NS_A" addr add "$ADDR_A/24" dev va && ip -n "$NS_B" addr add "$ADDR_B/24" dev vb &&
-        ip -n "$NS_A" link set va up && ip -n "$NS_B" link set vb up &&
-        ip -n "$NS_A" link set lo up && ip -n "$NS_B" link set lo up; then
-        # The kernel reports a new veth operational a moment after it is set
-        # up; the usiw ports follow it.
-        for _ in $(seq 100); do
-            side "$WORK/a" "$NS_A" ibv_devinfo -d usiw0 2>/dev/null | grep -q PORT_ACTIVE &&
-                side "$WORK/b" "$NS_B" ibv_devinfo -d usiw0 2>/dev/null | grep -q PORT_ACTIVE && break
-            sleep 0.1
-        done
+    elif veth_pair va "$NS_A" "$ADDR_A" vb "$NS_B" "$ADDR_B"; then
         suite netns "$WORK/b $NS_B" "$WORK/a $NS_A" "$ADDR_B" 22000
         # One host, two netdevs: the client's usiw0 is on vc, the server's
         # address is vd's, so the kernel routes the connection over the
         # loopback path; usiw must serve it from the client's device as
         # the kernel's rdma_cm does (it was ADDR_ERROR).
-        mkdir -p "$WORK/c" "$WORK/d"
-        echo "usiw0 netdev vc" >"$WORK/c/links"
-        echo "usiw0 netdev vd" >"$WORK/d/links"
-        if ip -n "$NS_A" link add vc type veth peer name vd &&
-            ip -n "$NS_A" addr add 192.0.2.11/24 dev vc && ip -n "$NS_A" addr add 192.0.2.12/24 dev vd &&
-            ip -n "$NS_A" link set vc up && ip -n "$NS_A" link set vd up; then
-            sleep 1
+        links_dir "$WORK/c" "usiw0 netdev vc"
+        links_dir "$WORK/d" "usiw0 netdev vd"
+        if veth_pair vc "$NS_A" 192.0.2.11 vd "$NS_A" 192.0.2.12; then
             pair "same-host rping -V -C 10" 22100 "$WORK/d $NS_A" "$WORK/c $NS_A" \
                 "ping data: rdma-ping-9:" "ping data: rdma-ping-9:" \
                 -- rping -s -v -V -C 10 -a 192.0.2.12 -p 22100 \
@@ -194,5 +159,4 @@ if [ "$WHERE" = netns ] || [ "$WHERE" = all ]; then
     fi
 fi
 
-echo "$passed passed, $failed failed, $skipped skipped"
-[ "$failed" -eq 0 ]
+results
