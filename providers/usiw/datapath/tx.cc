@@ -191,7 +191,7 @@ Start start_next_wqe(Stream* s, bool direct) {
     m.inflight_seq = seq;
     m.size = message_size(w);
     if (w.send_flags & IBV_SEND_INLINE) {
-        s->batch->has_inline = true;
+        m.is_inline = true;
         std::memcpy(m.inline_copy.data(), w.inline_data, w.inline_length);
         m.source[0] = {m.inline_copy.data(), w.inline_length};
         m.source_count = 1;
@@ -236,6 +236,8 @@ bool add_message_segment(Stream* s) {
     h.last = m.sent + size == m.size;
     if (!add_fpdu(s, h, m.cursor, size))
         return false;
+    if (m.is_inline)
+        s->batch->has_inline = true;
     m.sent += size;
     if (h.last) {
         s->batch->completes.push_back(m.inflight_seq);
@@ -306,7 +308,9 @@ void fill_batch(Stream* s, bool direct) {
                 return;
             continue;
         }
-        if (start_next_wqe(s, direct) != Start::kStarted) {
+        // Starting the next message would overwrite the inline payload
+        // (s->message.inline_copy) this batch still has to write.
+        if (s->batch->has_inline || start_next_wqe(s, direct) != Start::kStarted) {
             // Blocked on fence or ORD, or empty: read responses may still go.
             if (!add_read_response(s))
                 return;
