@@ -21,8 +21,10 @@ constexpr int kSupportedQpAttrs =
     IBV_QP_ALT_PATH | IBV_QP_MIN_RNR_TIMER | IBV_QP_SQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
     IBV_QP_PATH_MIG_STATE | IBV_QP_CAP | IBV_QP_DEST_QPN;
 
-constexpr unsigned kQpAccessFlags =
-    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+// Remote atomics are accepted as Linux siw and rxe accept them (kept for
+// ibv_query_qp); usiw has no atomic operations yet, so none can arrive.
+constexpr unsigned kQpAccessFlags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                    IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
 
 constexpr unsigned kSupportedSendFlags =
     IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE;
@@ -344,6 +346,8 @@ int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
         qp->ib_attrs.pkey_index = attr->pkey_index;
     if (mask & IBV_QP_AV)
         qp->ib_attrs.ah_attr = attr->ah_attr;
+    if (mask & IBV_QP_PATH_MTU)
+        qp->ib_attrs.path_mtu = attr->path_mtu;
     if (!(mask & IBV_QP_STATE))
         return 0;  // e.g. perftest's MIN_RNR_TIMER alone
 
@@ -371,7 +375,9 @@ int query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int, ibv_qp_init_attr* init_attr) 
     std::memset(attr, 0, sizeof *attr);
     attr->qp_state = qp->state;
     attr->cur_qp_state = qp->state;
-    attr->path_mtu = mtu_enum_for(qp->context->device->mtu());
+    // The path MTU set, else the port's (iWARP segments by TCP's MSS).
+    attr->path_mtu =
+        qp->ib_attrs.path_mtu ? qp->ib_attrs.path_mtu : mtu_enum_for(qp->context->device->mtu());
     attr->qp_access_flags = qp->access_flags;
     attr->cap = qp->cap;
     attr->port_num = qp->port_num;
