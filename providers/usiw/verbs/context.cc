@@ -49,6 +49,13 @@ int query_device_ex(ibv_context* ibctx, const ibv_query_device_ex_input* input,
     const size_t size = std::min(attr_size, sizeof(ibv_device_attr_ex));
     std::memset(attr, 0, size);
     to_context(ibctx)->device->fill_device_attr(&attr->orig_attr);
+    // The extended fields an iWARP RC device has: the 64-bit capability
+    // flags (the same as the 32 in orig_attr) and the port count. Every
+    // other capability stays zero: usiw has no on-demand paging, completion
+    // timestamps, TSO, RSS, WQs, packet pacing, raw packet QPs, tag
+    // matching, CQ moderation, device memory or PCI atomics.
+    if (size >= offsetof(ibv_device_attr_ex, device_cap_flags_ex) + sizeof(uint64_t))
+        attr->device_cap_flags_ex = attr->orig_attr.device_cap_flags;
     if (size >= offsetof(ibv_device_attr_ex, phys_port_cnt_ex) + sizeof(attr->phys_port_cnt_ex))
         attr->phys_port_cnt_ex = attr->orig_attr.phys_port_cnt;
     return 0;
