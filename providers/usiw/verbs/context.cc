@@ -84,7 +84,27 @@ void Context::post_async_event(uint64_t element, ibv_event_type type) {
                   ibv_event_type_str(type), "not read its queued async events");
 }
 
+namespace {
+
+// A usiw device with no kernel device behind it still gives its contexts a
+// command fd: programs read, dup and pass ibv_context::cmd_fd (pyverbs'
+// shared-PD test dups it for ibv_import_device). It is the read end of a
+// pipe whose write end is closed, so that nothing written to it "succeeds"
+// and an ioctl on it fails with ENOTTY, and it names the context it
+// belongs to (glue/interpose.cc, ibv_import_device).
+int make_command_fd() {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0)
+        return -1;
+    close(fds[1]);
+    return fds[0];
+}
+
+}  // namespace
+
 verbs_context* open_context(Device* device, int cmd_fd) {
+    if (cmd_fd < 0)
+        cmd_fd = make_command_fd();  // -1 if it cannot be made: then the context has none
     auto* shell = static_cast<ContextShell*>(_verbs_init_and_alloc_context(
         device->ibv(), cmd_fd, sizeof(ContextShell),
         reinterpret_cast<verbs_context*>(offsetof(ContextShell, vctx)), 0));
