@@ -154,7 +154,9 @@ const verbs_context_ops& context_ops() {
     // Listed in rdma-core's order; absent ops answer EOPNOTSUPP.
     static const verbs_context_ops ops = [] {
         verbs_context_ops o{};
+        o.alloc_parent_domain = alloc_parent_domain;
         o.alloc_pd = alloc_pd;
+        o.alloc_td = alloc_td;
         o.async_event = async_event;
         o.cq_event = cq_event;
         o.create_cq = create_cq;
@@ -162,6 +164,7 @@ const verbs_context_ops& context_ops() {
         o.create_qp_ex = create_qp_ex;
         o.create_srq = create_srq;
         o.dealloc_pd = dealloc_pd;
+        o.dealloc_td = dealloc_td;
         o.dereg_mr = dereg_mr;
         o.destroy_cq = destroy_cq;
         o.destroy_qp = destroy_qp;

@@ -2,8 +2,10 @@
 // queuing. An iWARP QP is an RC QP whose transport is a TCP stream; it is
 // created in INIT (as Linux siw reports its IDLE state) and reaches RTS only
 // when a connection is bound to it by connection management.
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <initializer_list>
 #include <new>
 
 #include "verbs/log.h"
@@ -143,7 +145,8 @@ void release(Qp* qp) {
         qp->srq->users.fetch_sub(1);
 }
 
-ibv_qp* create_qp_common(Pd* pd, ibv_qp_init_attr_ex* attr) {
+ibv_qp* create_qp_common(ibv_pd* ibpd, ibv_qp_init_attr_ex* attr) {
+    Pd* pd = protection_of(to_pd(ibpd));
     Context* ctx = pd->context;
     ibv_context* ibctx = ctx->ibv();
     if (attr->qp_type != IBV_QPT_RC) {
@@ -171,17 +174,22 @@ ibv_qp* create_qp_common(Pd* pd, ibv_qp_init_attr_ex* attr) {
         ++ctx->qp_count;
         qp_num = ctx->next_qp_num++ & 0xffffff;
     }
+    const DomainUse domain = use_domain(ibpd);
     auto* qp = new (std::nothrow) Qp;
-    if (qp) {
-        qp->sq = Ring<SendWqe>(attr->cap.max_send_wr);
-        qp->rq = Ring<RecvWqe>(attr->srq ? 0 : attr->cap.max_recv_wr);
+    if (qp && (!qp->sq.allocate(attr->cap.max_send_wr, domain.memory.of(kSendQueueResource)) ||
+               !qp->rq.allocate(attr->srq ? 0 : attr->cap.max_recv_wr,
+                                domain.memory.of(kRecvQueueResource)))) {
+        delete qp;
+        qp = nullptr;
     }
     if (!qp) {
+        release_domain(ibpd);
         std::lock_guard lock(ctx->objects_mutex);
         --ctx->qp_count;
         errno = ENOMEM;
         return nullptr;
     }
+    qp->single_threaded = domain.single_threaded;
     qp->context = ctx;
     qp->pd = pd;
     qp->send_cq = to_cq(attr->send_cq);
@@ -204,7 +212,7 @@ ibv_qp* create_qp_common(Pd* pd, ibv_qp_init_attr_ex* attr) {
     ibv_qp& q = qp->vqp.qp;
     q.context = ibctx;
     q.qp_context = attr->qp_context;
-    q.pd = &pd->ibv;
+    q.pd = ibpd;  // the parent domain, if it was created on one
     q.send_cq = attr->send_cq;
     q.recv_cq = attr->recv_cq;
     q.srq = attr->srq;
@@ -239,7 +247,7 @@ ibv_qp* create_qp(ibv_pd* ibpd, ibv_qp_init_attr* attr) {
     ex.sq_sig_all = attr->sq_sig_all;
     ex.comp_mask = IBV_QP_INIT_ATTR_PD;
     ex.pd = ibpd;
-    ibv_qp* qp = create_qp_common(to_pd(ibpd), &ex);
+    ibv_qp* qp = create_qp_common(ibpd, &ex);
     if (qp)
         attr->cap = ex.cap;
     return qp;
@@ -259,7 +267,7 @@ ibv_qp* create_qp_ex(ibv_context* ibctx, ibv_qp_init_attr_ex* attr) {
         errno = EOPNOTSUPP;
         return nullptr;
     }
-    return create_qp_common(to_pd(attr->pd), attr);
+    return create_qp_common(attr->pd, attr);
 }
 
 int destroy_qp(ibv_qp* ibqp) {
@@ -275,7 +283,9 @@ int destroy_qp(ibv_qp* ibqp) {
         ctx->qps.erase(ibqp->qp_num);
         --ctx->qp_count;
     }
-    delete qp;
+    ibv_pd* ibpd = ibqp->pd;
+    delete qp;  // its queues go back to the parent domain's allocator
+    release_domain(ibpd);
     return 0;
 }
 
@@ -417,8 +427,8 @@ bool opcode_supported(ibv_wr_opcode op) {
     }
 }
 
-// Checks one send work request against the QP's limits and copies it into
-// the queue slot; inline data is copied now, as the caller may reuse it.
+}  // namespace
+
 int build_send_wqe(const Qp* qp, const ibv_send_wr* wr, SendWqe* wqe) {
     if (!opcode_supported(wr->opcode))
         return EOPNOTSUPP;
@@ -462,15 +472,50 @@ int build_send_wqe(const Qp* qp, const ibv_send_wr* wr, SendWqe* wqe) {
     return 0;
 }
 
+namespace {
+
+// Posting to a QP bound to a thread domain. The application promises that
+// no other thread calls verbs on the QP meanwhile, so its state changes only
+// in this thread, except that the datapath's threads may move it to ERR.
+// Posting then takes no state_mutex while the QP is in a state it can only
+// leave for ERR (`state_unlocked`), and checks the state again after
+// queuing: work queued after qp_enter_error flushed the queue is flushed
+// here, under state_mutex (so after that flush, and in order).
+bool state_unlocked(Qp* qp, std::initializer_list<ibv_qp_state> states) {
+    if (!qp->single_threaded)
+        return false;
+    const ibv_qp_state now = qp->state;
+    return std::find(states.begin(), states.end(), now) != states.end();
+}
+
+void flush_after_error(Qp* qp, bool send_queue) {
+    std::lock_guard state_lock(qp->state_mutex);
+    if (qp->state != IBV_QPS_ERR)
+        return;
+    if (send_queue) {
+        std::lock_guard lock(qp->sq_mutex);
+        for (; !qp->sq.empty(); qp->sq.pop())
+            flush_send(qp, qp->sq.front());
+    } else {
+        std::lock_guard lock(qp->rq_mutex);
+        for (; !qp->rq.empty(); qp->rq.pop())
+            flush_recv(qp, qp->rq.front());
+    }
+}
+
 }  // namespace
 
 int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     Qp* qp = to_qp(ibqp);
     int err = 0;
     bool transmit = false;
+    const bool unlocked = state_unlocked(qp, {IBV_QPS_RTS});
     {
-        std::lock_guard state_lock(qp->state_mutex);
-        if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_ERR) {
+        std::unique_lock state_lock(qp->state_mutex, std::defer_lock);
+        if (!unlocked)
+            state_lock.lock();
+        const ibv_qp_state state = qp->state;
+        if (state != IBV_QPS_RTS && state != IBV_QPS_ERR) {
             *bad_wr = wr;
             return EINVAL;
         }
@@ -483,7 +528,7 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
             if ((err = build_send_wqe(qp, wr, &qp->sq.back_slot())) != 0)
                 break;
             qp->sq.commit_push();
-            if (qp->state == IBV_QPS_ERR) {  // an errored QP completes new work as flushed
+            if (state == IBV_QPS_ERR) {  // an errored QP completes new work as flushed
                 flush_send(qp, qp->sq.front());
                 qp->sq.pop();
             } else {
@@ -493,6 +538,8 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
         if (err)
             *bad_wr = wr;
     }
+    if (unlocked && qp->state == IBV_QPS_ERR)
+        flush_after_error(qp, true);
     // Outside the QP's locks: transmission takes them in its own order.
     if (transmit)
         qp_transmit(qp);
@@ -505,33 +552,44 @@ int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
         *bad_wr = wr;
         return EINVAL;
     }
-    std::lock_guard state_lock(qp->state_mutex);
-    if (qp->state == IBV_QPS_RESET) {
-        *bad_wr = wr;
-        return EINVAL;
-    }
-    std::lock_guard lock(qp->rq_mutex);
-    for (; wr; wr = wr->next) {
-        if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > qp->cap.max_recv_sge) {
+    int err = 0;
+    const bool unlocked = state_unlocked(qp, {IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS});
+    {
+        std::unique_lock state_lock(qp->state_mutex, std::defer_lock);
+        if (!unlocked)
+            state_lock.lock();
+        const ibv_qp_state state = qp->state;
+        if (state == IBV_QPS_RESET) {
             *bad_wr = wr;
             return EINVAL;
         }
-        if (qp->rq.full()) {
+        std::lock_guard lock(qp->rq_mutex);
+        for (; wr; wr = wr->next) {
+            if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > qp->cap.max_recv_sge) {
+                err = EINVAL;
+                break;
+            }
+            if (qp->rq.full()) {
+                err = ENOMEM;
+                break;
+            }
+            RecvWqe& wqe = qp->rq.back_slot();
+            wqe.wr_id = wr->wr_id;
+            wqe.num_sge = static_cast<uint32_t>(wr->num_sge);
+            if (wqe.num_sge > 0)
+                std::memcpy(wqe.sge, wr->sg_list, wqe.num_sge * sizeof(ibv_sge));
+            qp->rq.commit_push();
+            if (state == IBV_QPS_ERR) {
+                flush_recv(qp, qp->rq.front());
+                qp->rq.pop();
+            }
+        }
+        if (err)
             *bad_wr = wr;
-            return ENOMEM;
-        }
-        RecvWqe& wqe = qp->rq.back_slot();
-        wqe.wr_id = wr->wr_id;
-        wqe.num_sge = static_cast<uint32_t>(wr->num_sge);
-        if (wqe.num_sge > 0)
-            std::memcpy(wqe.sge, wr->sg_list, wqe.num_sge * sizeof(ibv_sge));
-        qp->rq.commit_push();
-        if (qp->state == IBV_QPS_ERR) {
-            flush_recv(qp, qp->rq.front());
-            qp->rq.pop();
-        }
     }
-    return 0;
+    if (unlocked && qp->state == IBV_QPS_ERR)
+        flush_after_error(qp, false);
+    return err;
 }
 
 }  // namespace usiw
