@@ -160,6 +160,7 @@ const verbs_context_ops& context_ops() {
         o.async_event = async_event;
         o.cq_event = cq_event;
         o.create_cq = create_cq;
+        o.create_cq_ex = create_cq_ex;
         o.create_qp = create_qp;
         o.create_qp_ex = create_qp_ex;
         o.create_srq = create_srq;
