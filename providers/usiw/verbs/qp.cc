@@ -260,14 +260,23 @@ ibv_qp* create_qp_ex(ibv_context* ibctx, ibv_qp_init_attr_ex* attr) {
     }
     const uint32_t unsupported =
         attr->comp_mask &
-        ~static_cast<uint32_t>(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS);
-    if (unsupported || ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags)) {
-        log_debug("create_qp_ex: comp_mask 0x%x / create_flags 0x%x not supported", attr->comp_mask,
-                  attr->create_flags);
+        ~static_cast<uint32_t>(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS |
+                               IBV_QP_INIT_ATTR_SEND_OPS_FLAGS);
+    const uint64_t send_ops =
+        (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) ? attr->send_ops_flags : 0;
+    if (unsupported || ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags) ||
+        qp_ex_check(send_ops) != 0) {
+        log_debug(
+            "create_qp_ex: comp_mask 0x%x / create_flags 0x%x / send_ops_flags 0x%llx not "
+            "supported",
+            attr->comp_mask, attr->create_flags, static_cast<unsigned long long>(send_ops));
         errno = EOPNOTSUPP;
         return nullptr;
     }
-    return create_qp_common(attr->pd, attr);
+    ibv_qp* qp = create_qp_common(attr->pd, attr);
+    if (qp && (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS))
+        qp_ex_setup(to_qp(qp), send_ops);
+    return qp;
 }
 
 int destroy_qp(ibv_qp* ibqp) {
@@ -544,6 +553,34 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     if (transmit)
         qp_transmit(qp);
     return err;
+}
+
+int post_built_sends(Qp* qp, size_t tail, size_t n) {
+    const bool unlocked = state_unlocked(qp, {IBV_QPS_RTS});
+    {
+        std::unique_lock state_lock(qp->state_mutex, std::defer_lock);
+        if (!unlocked)
+            state_lock.lock();
+        const ibv_qp_state state = qp->state;
+        if (state != IBV_QPS_RTS && state != IBV_QPS_ERR)
+            return EINVAL;
+        std::lock_guard lock(qp->sq_mutex);
+        // Only a post_send inside the ibv_wr_* section, which the verbs
+        // forbid, moves the tail.
+        if (qp->sq.tail() != tail || qp->sq.capacity() - qp->sq.size() < n)
+            return EINVAL;
+        qp->sq.commit_push(n);
+        if (state == IBV_QPS_ERR) {
+            for (; !qp->sq.empty(); qp->sq.pop())
+                flush_send(qp, qp->sq.front());
+            return 0;
+        }
+    }
+    if (unlocked && qp->state == IBV_QPS_ERR)
+        flush_after_error(qp, true);
+    if (n > 0)
+        qp_transmit(qp);
+    return 0;
 }
 
 int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
