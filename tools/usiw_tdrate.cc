@@ -6,7 +6,9 @@
 // thread domain (the application's promise of one thread, which lets the
 // provider leave locks out) and without, with ibv_post_send and with the
 // ibv_wr_* calls; the four kinds take turns, --runs times each, and the
-// median of each is printed with the TD/no-TD ratio.
+// median of each is printed with the TD/no-TD ratio: messages per second
+// (wall clock) and the process's CPU time per message (every thread, the
+// provider's own included), which a busy machine disturbs less.
 //
 // Only the public librdmacm and libibverbs API is used, so it runs over any
 // rdma_cm device that has parent domains, thread domains and ibv_wr_*;
@@ -26,6 +28,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -249,14 +252,25 @@ void drain(End& e, long* sends, long* receives) {
     ibv_end_poll(e.cq);
 }
 
-// One run: `messages` SENDs from a to b, `window` in flight. Messages per
-// second.
-double run(End& a, End& b, long messages, int window, bool wr_api) {
+struct Rate {
+    double per_second;
+    double cpu_ns;  // process CPU time per message
+};
+
+double cpu_seconds() {
+    timespec t{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+// One run: `messages` SENDs from a to b, `window` in flight.
+Rate run(End& a, End& b, long messages, int window, bool wr_api) {
     long posted = 0;
     long sent = 0;
     long received = 0;
     long unused = 0;
     const auto start = std::chrono::steady_clock::now();
+    const double cpu_start = cpu_seconds();
     while (received < messages) {
         // At most `window` SENDs the target has not received: it has that
         // many receives posted (and an iWARP SEND completes when sent).
@@ -265,10 +279,12 @@ double run(End& a, End& b, long messages, int window, bool wr_api) {
         drain(a, &sent, &unused);
         drain(b, &unused, &received);
     }
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    const double cpu = cpu_seconds() - cpu_start;
     while (sent < posted)  // the last send completions, outside the timing
         drain(a, &sent, &unused);
-    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-    return static_cast<double>(messages) / took.count();
+    const auto n = static_cast<double>(messages);
+    return {n / took.count(), cpu * 1e9 / n};
 }
 
 // Connects a client end to a server end inside the process with rdma_cm.
@@ -307,6 +323,67 @@ void disconnect_pair(End& client, End& server, rdma_event_channel* ch) {
     rdma_destroy_id(server.id);
 }
 
+// The cost of the calls alone, with no data moving: ibv_post_recv, and an
+// ibv_wr_start / ibv_wr_send / ibv_wr_set_sge / ibv_wr_abort section, on a
+// QP of `e`'s domain that stays in INIT (its receive queue emptied by
+// RESET and INIT again after every kDepth receives). Nanoseconds per call
+// (per section), wall clock.
+struct CallCost {
+    double post_recv_ns;
+    double wr_section_ns;
+};
+
+CallCost call_costs(End& e, long calls) {
+    constexpr int kDepth = 256;
+    ibv_qp_init_attr_ex qattr{};
+    qattr.send_cq = ibv_cq_ex_to_cq(e.cq);
+    qattr.recv_cq = ibv_cq_ex_to_cq(e.cq);
+    qattr.qp_type = IBV_QPT_RC;
+    qattr.cap.max_send_wr = 4;
+    qattr.cap.max_recv_wr = kDepth;
+    qattr.cap.max_send_sge = 1;
+    qattr.cap.max_recv_sge = 1;
+    qattr.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    qattr.pd = e.domain ? e.domain : e.pd;
+    qattr.send_ops_flags = IBV_QP_EX_WITH_SEND;
+    ibv_qp* qp = ibv_create_qp_ex(e.id->verbs, &qattr);
+    if (!qp)
+        die("ibv_create_qp_ex: %s", std::strerror(errno));
+    ibv_sge sge{reinterpret_cast<uintptr_t>(e.buffer.data()), kMessageSize, e.mr->lkey};
+    ibv_recv_wr wr{};
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad = nullptr;
+    std::chrono::duration<double> in_calls{};
+    for (long done = 0; done < calls; done += kDepth) {
+        const auto start = std::chrono::steady_clock::now();
+        for (int i = 0; i < kDepth; ++i)
+            if (int err = ibv_post_recv(qp, &wr, &bad))
+                die("ibv_post_recv: %s", std::strerror(err));
+        in_calls += std::chrono::steady_clock::now() - start;
+        ibv_qp_attr attr{};
+        attr.qp_state = IBV_QPS_RESET;
+        ibv_modify_qp(qp, &attr, IBV_QP_STATE);
+        attr.qp_state = IBV_QPS_INIT;
+        if (ibv_modify_qp(qp, &attr, IBV_QP_STATE) != 0)
+            die("ibv_modify_qp to INIT: %s", std::strerror(errno));
+    }
+    const long posted = (calls + kDepth - 1) / kDepth * kDepth;
+    const double recv_ns = in_calls.count() * 1e9 / static_cast<double>(posted);
+
+    ibv_qp_ex* qpx = ibv_qp_to_qp_ex(qp);
+    const auto start = std::chrono::steady_clock::now();
+    for (long i = 0; i < calls; ++i) {
+        ibv_wr_start(qpx);
+        ibv_wr_send(qpx);
+        ibv_wr_set_sge(qpx, sge.lkey, sge.addr, sge.length);
+        ibv_wr_abort(qpx);
+    }
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    ibv_destroy_qp(qp);
+    return {recv_ns, took.count() * 1e9 / static_cast<double>(calls)};
+}
+
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
@@ -337,31 +414,59 @@ int main(int argc, char** argv) {
         bool td;
         bool wr_api;
         std::vector<double> rates;
+        std::vector<double> cpu_ns;
+        std::vector<double> post_recv_ns;
+        std::vector<double> wr_section_ns;
     };
-    Kind kinds[] = {{"ibv_post_send", false, false, {}},
-                    {"ibv_post_send", true, false, {}},
-                    {"ibv_wr_*", false, true, {}},
-                    {"ibv_wr_*", true, true, {}}};
+    Kind kinds[] = {{"ibv_post_send", false, false, {}, {}, {}, {}},
+                    {"ibv_post_send", true, false, {}, {}, {}, {}},
+                    {"ibv_wr_*", false, true, {}, {}, {}, {}},
+                    {"ibv_wr_*", true, true, {}, {}, {}, {}}};
     for (int r = 0; r < o.runs; ++r) {
-        for (Kind& k : kinds) {
+        // Every other round in reverse, so that no kind always runs right
+        // after another (the machine's state drifts within a round).
+        for (int i = 0; i < 4; ++i) {
+            Kind& k = kinds[r % 2 ? 3 - i : i];
             End client;
             End server;
             connect_pair(o, k.td, client, server, ch, listener,
                          reinterpret_cast<const sockaddr*>(&dst));
             run(client, server, o.messages / 10, o.window, k.wr_api);  // warm-up
-            k.rates.push_back(run(client, server, o.messages, o.window, k.wr_api));
+            const Rate r = run(client, server, o.messages, o.window, k.wr_api);
+            k.rates.push_back(r.per_second);
+            k.cpu_ns.push_back(r.cpu_ns);
+            const CallCost c = call_costs(client, o.messages);
+            k.post_recv_ns.push_back(c.post_recv_ns);
+            k.wr_section_ns.push_back(c.wr_section_ns);
             disconnect_pair(client, server, ch);
         }
     }
     rdma_destroy_id(listener);
     rdma_destroy_event_channel(ch);
 
-    std::printf("%-14s %14s %14s %8s   (64-byte SENDs, window %d, median of %d runs)\n", "API",
-                "no TD, msg/s", "TD, msg/s", "TD/no", o.window, o.runs);
+    std::printf("64-byte SENDs, window %d, median of %d runs\n", o.window, o.runs);
+    std::printf("%-14s %13s %13s %7s %13s %13s %7s\n", "API", "no TD, msg/s", "TD, msg/s", "TD/no",
+                "no TD, ns CPU", "TD, ns CPU", "TD/no");
     for (int i = 0; i < 4; i += 2) {
         const double without = median(kinds[i].rates);
         const double with = median(kinds[i + 1].rates);
-        std::printf("%-14s %14.0f %14.0f %8.3f\n", kinds[i].name, without, with, with / without);
+        const double cpu_without = median(kinds[i].cpu_ns);
+        const double cpu_with = median(kinds[i + 1].cpu_ns);
+        std::printf("%-14s %13.0f %13.0f %7.3f %13.0f %13.0f %7.3f\n", kinds[i].name, without, with,
+                    with / without, cpu_without, cpu_with, cpu_with / cpu_without);
     }
+    std::printf("\nThe calls alone (no data moves), ns per call, median of %d runs\n", 2 * o.runs);
+    std::printf("%-40s %9s %9s %7s\n", "call", "no TD", "TD", "TD/no");
+    const auto row = [&](const char* name, std::vector<double> Kind::*v) {
+        std::vector<double> without = kinds[0].*v;
+        std::vector<double> with = kinds[1].*v;
+        without.insert(without.end(), (kinds[2].*v).begin(), (kinds[2].*v).end());
+        with.insert(with.end(), (kinds[3].*v).begin(), (kinds[3].*v).end());
+        const double a = median(without);
+        const double b = median(with);
+        std::printf("%-40s %9.1f %9.1f %7.3f\n", name, a, b, b / a);
+    };
+    row("ibv_post_recv", &Kind::post_recv_ns);
+    row("ibv_wr_start, _send, _set_sge, _abort", &Kind::wr_section_ns);
     return 0;
 }
