@@ -14,7 +14,7 @@ namespace usiw {
 
 // The resource types usiw passes to a parent domain's allocator. The upper
 // 32 bits would name the driver (enum rdma_driver_id); usiw has no id of its
-// own, so they are 0 (RDMA_DRIVER_UNKNOWN). Documentation/verbs-ex.md lists
+// own, so they are 0 (RDMA_DRIVER_UNKNOWN). Documentation/verbs.md lists
 // them for applications.
 enum QueueResource : uint64_t {
     kSendQueueResource = 1,  // a QP's send queue
