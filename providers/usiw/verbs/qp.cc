@@ -487,14 +487,15 @@ namespace {
 // no other thread calls verbs on the QP meanwhile, so its state changes only
 // in this thread, except that the datapath's threads may move it to ERR.
 // Posting then takes no state_mutex while the QP is in a state it can only
-// leave for ERR (`state_unlocked`), and checks the state again after
-// queuing: work queued after qp_enter_error flushed the queue is flushed
-// here, under state_mutex (so after that flush, and in order).
-bool state_unlocked(Qp* qp, std::initializer_list<ibv_qp_state> states) {
+// leave for ERR (`state_unlocked`, which says what it saw in `*seen`), and
+// posts as in that state; it checks the state again after queuing: work
+// queued after qp_enter_error flushed the queue is flushed here, under
+// state_mutex (so after that flush, and in order).
+bool state_unlocked(Qp* qp, std::initializer_list<ibv_qp_state> states, ibv_qp_state* seen) {
     if (!qp->single_threaded)
         return false;
-    const ibv_qp_state now = qp->state;
-    return std::find(states.begin(), states.end(), now) != states.end();
+    *seen = qp->state;
+    return std::find(states.begin(), states.end(), *seen) != states.end();
 }
 
 void flush_after_error(Qp* qp, bool send_queue) {
@@ -518,12 +519,13 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     Qp* qp = to_qp(ibqp);
     int err = 0;
     bool transmit = false;
-    const bool unlocked = state_unlocked(qp, {IBV_QPS_RTS});
+    ibv_qp_state seen = IBV_QPS_RESET;
+    const bool unlocked = state_unlocked(qp, {IBV_QPS_RTS}, &seen);
     {
         std::unique_lock state_lock(qp->state_mutex, std::defer_lock);
         if (!unlocked)
             state_lock.lock();
-        const ibv_qp_state state = qp->state;
+        const ibv_qp_state state = unlocked ? seen : qp->state.load();
         if (state != IBV_QPS_RTS && state != IBV_QPS_ERR) {
             *bad_wr = wr;
             return EINVAL;
@@ -556,12 +558,13 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
 }
 
 int post_built_sends(Qp* qp, size_t tail, size_t n) {
-    const bool unlocked = state_unlocked(qp, {IBV_QPS_RTS});
+    ibv_qp_state seen = IBV_QPS_RESET;
+    const bool unlocked = state_unlocked(qp, {IBV_QPS_RTS}, &seen);
     {
         std::unique_lock state_lock(qp->state_mutex, std::defer_lock);
         if (!unlocked)
             state_lock.lock();
-        const ibv_qp_state state = qp->state;
+        const ibv_qp_state state = unlocked ? seen : qp->state.load();
         if (state != IBV_QPS_RTS && state != IBV_QPS_ERR)
             return EINVAL;
         std::lock_guard lock(qp->sq_mutex);
@@ -590,12 +593,13 @@ int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
         return EINVAL;
     }
     int err = 0;
-    const bool unlocked = state_unlocked(qp, {IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS});
+    ibv_qp_state seen = IBV_QPS_RESET;
+    const bool unlocked = state_unlocked(qp, {IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS}, &seen);
     {
         std::unique_lock state_lock(qp->state_mutex, std::defer_lock);
         if (!unlocked)
             state_lock.lock();
-        const ibv_qp_state state = qp->state;
+        const ibv_qp_state state = unlocked ? seen : qp->state.load();
         if (state == IBV_QPS_RESET) {
             *bad_wr = wr;
             return EINVAL;
