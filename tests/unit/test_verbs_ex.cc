@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cinttypes>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -138,6 +139,7 @@ struct EndOpts {
     uint32_t max_send_sge = 6;
     uint32_t max_inline = 64;
     uint32_t send_wr = 32;
+    uint32_t cq_entries = 128;
     size_t buf_size = 1 << 16;
 };
 
@@ -167,7 +169,7 @@ void make_end(End& e, const EndOpts& o = EndOpts()) {
         pd = e.domain;
     }
     ibv_cq_init_attr_ex cattr{};
-    cattr.cqe = 128;
+    cattr.cqe = o.cq_entries;
     cattr.wc_flags = IBV_WC_STANDARD_FLAGS;
     if (e.domain) {
         cattr.comp_mask = IBV_CQ_INIT_ATTR_MASK_PD;
@@ -706,6 +708,78 @@ void test_post_send_chain_after_inline(void**) {
     free_end(b);
 }
 
+// A QP bound to a thread domain posts without its state lock while the
+// datapath may move it to ERR at any moment: here the peer has no receive
+// posted, so the first SEND makes it answer with a TERMINATE while more are
+// being posted, and the posting goes on until 100 have been posted after
+// the first flush. Every work request completes exactly once, in posting
+// order: first successes (sent before the error), then only flushes.
+void test_thread_domain_error_while_posting(void**) {
+    End a;
+    End b;
+    EndOpts o;
+    o.thread_domain = true;
+    o.send_wr = 64;
+    o.cq_entries = 256;
+    make_end(a, o);
+    make_end(b);
+    connect_ends(a, b);
+    uint64_t posted = 0;
+    uint64_t completed = 0;
+    uint64_t sent = 0;
+    uint64_t posted_after_flush = 0;
+    bool flushing = false;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kTimeoutMs);
+    while (posted_after_flush < 100 && std::chrono::steady_clock::now() < deadline) {
+        if (posted - completed < o.send_wr) {
+            ibv_sge sge = a.sge(0, 8);
+            ibv_send_wr wr{};
+            wr.wr_id = posted;
+            wr.sg_list = &sge;
+            wr.num_sge = 1;
+            wr.opcode = IBV_WR_SEND;
+            wr.send_flags = IBV_SEND_SIGNALED;
+            ibv_send_wr* bad = nullptr;
+            assert_int_equal(ibv_post_send(a.qp, &wr, &bad), 0);
+            ++posted;
+            if (flushing)
+                ++posted_after_flush;
+        }
+        ibv_poll_cq_attr attr{};
+        if (ibv_start_poll(a.cq, &attr) != 0)
+            continue;
+        do {
+            if (a.cq->wr_id != completed)
+                fail_msg("completion for work request %" PRIu64 ", expected %" PRIu64, a.cq->wr_id,
+                         completed);
+            if (a.cq->status == IBV_WC_WR_FLUSH_ERR)
+                flushing = true;
+            else if (flushing || a.cq->status != IBV_WC_SUCCESS)
+                fail_msg("work request %" PRIu64 ": %s after %s", completed,
+                         ibv_wc_status_str(a.cq->status), flushing ? "a flush" : "successes");
+            else
+                ++sent;
+            ++completed;
+        } while (ibv_next_poll(a.cq) == 0);
+        ibv_end_poll(a.cq);
+    }
+    assert_int_equal(posted_after_flush, 100);  // the TERMINATE did come
+    const std::vector<Completion> rest = poll_ex(a.cq, posted - completed);
+    assert_int_equal(rest.size(), posted - completed);
+    for (const Completion& c : rest) {
+        assert_int_equal(c.wr_id, completed);
+        assert_int_equal(c.status, IBV_WC_WR_FLUSH_ERR);
+        ++completed;
+    }
+    print_message("  %" PRIu64 " sent before the TERMINATE came, %" PRIu64 " flushed\n", sent,
+                  posted - sent);
+    // Nothing else comes.
+    ibv_poll_cq_attr pattr{};
+    assert_int_equal(ibv_start_poll(a.cq, &pattr), ENOENT);
+    free_end(a);
+    free_end(b);
+}
+
 // --- ibv_create_cq_ex ---
 
 void test_cq_ex_create(void**) {
@@ -1127,6 +1201,7 @@ int main() {
         cmocka_unit_test(test_wr_abort_and_errors),
         cmocka_unit_test(test_wr_flushed_in_error),
         cmocka_unit_test(test_post_send_chain_after_inline),
+        cmocka_unit_test(test_thread_domain_error_while_posting),
         cmocka_unit_test(test_cq_ex_create),
         cmocka_unit_test(test_cq_ex_poll),
         cmocka_unit_test(test_cq_ex_events),
