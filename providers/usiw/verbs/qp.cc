@@ -487,18 +487,36 @@ namespace {
 // no other thread calls verbs on the QP meanwhile, so its state changes only
 // in this thread, except that the datapath's threads may move it to ERR.
 // Posting then takes no state_mutex while the QP is in a state it can only
-// leave for ERR (`state_unlocked`, which says what it saw in `*seen`), and
-// posts as in that state; it checks the state again after queuing: work
-// queued after qp_enter_error flushed the queue is flushed here, under
+// leave for ERR (`lock_free_states`), and posts as in the state it saw; it
+// checks the state again after queuing (flush_after_error): work queued
+// after qp_enter_error flushed the queue is flushed then, under
 // state_mutex (so after that flush, and in order).
-bool state_unlocked(Qp* qp, std::initializer_list<ibv_qp_state> states, ibv_qp_state* seen) {
-    if (!qp->single_threaded)
-        return false;
-    *seen = qp->state;
-    return std::find(states.begin(), states.end(), *seen) != states.end();
-}
+class PostingState {
+  public:
+    PostingState(Qp* qp, std::initializer_list<ibv_qp_state> lock_free_states)
+        : lock_(qp->state_mutex, std::defer_lock) {
+        if (qp->single_threaded) {
+            state_ = qp->state;
+            lock_free_ = std::find(lock_free_states.begin(), lock_free_states.end(), state_) !=
+                         lock_free_states.end();
+        }
+        if (!lock_free_) {
+            lock_.lock();
+            state_ = qp->state;
+        }
+    }
+    ibv_qp_state state() const { return state_; }
+    bool lock_free() const { return lock_free_; }
 
-void flush_after_error(Qp* qp, bool send_queue) {
+  private:
+    std::unique_lock<std::mutex> lock_;
+    ibv_qp_state state_ = IBV_QPS_RESET;
+    bool lock_free_ = false;
+};
+
+void flush_after_error(Qp* qp, bool lock_free, bool send_queue) {
+    if (!lock_free || qp->state != IBV_QPS_ERR)
+        return;
     std::lock_guard state_lock(qp->state_mutex);
     if (qp->state != IBV_QPS_ERR)
         return;
@@ -519,13 +537,11 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     Qp* qp = to_qp(ibqp);
     int err = 0;
     bool transmit = false;
-    ibv_qp_state seen = IBV_QPS_RESET;
-    const bool unlocked = state_unlocked(qp, {IBV_QPS_RTS}, &seen);
+    bool lock_free;
     {
-        std::unique_lock state_lock(qp->state_mutex, std::defer_lock);
-        if (!unlocked)
-            state_lock.lock();
-        const ibv_qp_state state = unlocked ? seen : qp->state.load();
+        const PostingState posting(qp, {IBV_QPS_RTS});
+        lock_free = posting.lock_free();
+        const ibv_qp_state state = posting.state();
         if (state != IBV_QPS_RTS && state != IBV_QPS_ERR) {
             *bad_wr = wr;
             return EINVAL;
@@ -549,8 +565,7 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
         if (err)
             *bad_wr = wr;
     }
-    if (unlocked && qp->state == IBV_QPS_ERR)
-        flush_after_error(qp, true);
+    flush_after_error(qp, lock_free, true);
     // Outside the QP's locks: transmission takes them in its own order.
     if (transmit)
         qp_transmit(qp);
@@ -558,13 +573,11 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
 }
 
 int post_built_sends(Qp* qp, size_t tail, size_t n) {
-    ibv_qp_state seen = IBV_QPS_RESET;
-    const bool unlocked = state_unlocked(qp, {IBV_QPS_RTS}, &seen);
+    bool lock_free;
     {
-        std::unique_lock state_lock(qp->state_mutex, std::defer_lock);
-        if (!unlocked)
-            state_lock.lock();
-        const ibv_qp_state state = unlocked ? seen : qp->state.load();
+        const PostingState posting(qp, {IBV_QPS_RTS});
+        lock_free = posting.lock_free();
+        const ibv_qp_state state = posting.state();
         if (state != IBV_QPS_RTS && state != IBV_QPS_ERR)
             return EINVAL;
         std::lock_guard lock(qp->sq_mutex);
@@ -579,8 +592,7 @@ int post_built_sends(Qp* qp, size_t tail, size_t n) {
             return 0;
         }
     }
-    if (unlocked && qp->state == IBV_QPS_ERR)
-        flush_after_error(qp, true);
+    flush_after_error(qp, lock_free, true);
     if (n > 0)
         qp_transmit(qp);
     return 0;
@@ -593,13 +605,11 @@ int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
         return EINVAL;
     }
     int err = 0;
-    ibv_qp_state seen = IBV_QPS_RESET;
-    const bool unlocked = state_unlocked(qp, {IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS}, &seen);
+    bool lock_free;
     {
-        std::unique_lock state_lock(qp->state_mutex, std::defer_lock);
-        if (!unlocked)
-            state_lock.lock();
-        const ibv_qp_state state = unlocked ? seen : qp->state.load();
+        const PostingState posting(qp, {IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS});
+        lock_free = posting.lock_free();
+        const ibv_qp_state state = posting.state();
         if (state == IBV_QPS_RESET) {
             *bad_wr = wr;
             return EINVAL;
@@ -628,8 +638,7 @@ int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
         if (err)
             *bad_wr = wr;
     }
-    if (unlocked && qp->state == IBV_QPS_ERR)
-        flush_after_error(qp, false);
+    flush_after_error(qp, lock_free, false);
     return err;
 }
 
