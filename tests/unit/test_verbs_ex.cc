@@ -215,6 +215,19 @@ void free_end(End& e) {
     assert_int_equal(ibv_close_device(e.ctx), 0);
 }
 
+// Attributes of an RC QP on `cq` with one SGE each way.
+ibv_qp_init_attr rc_qp_attr(ibv_cq* cq, uint32_t send_wr, uint32_t recv_wr) {
+    ibv_qp_init_attr a{};
+    a.send_cq = cq;
+    a.recv_cq = cq;
+    a.qp_type = IBV_QPT_RC;
+    a.cap.max_send_wr = send_wr;
+    a.cap.max_recv_wr = recv_wr;
+    a.cap.max_send_sge = 1;
+    a.cap.max_recv_sge = 1;
+    return a;
+}
+
 bool tcp_pair(int fds[2]) {
     const int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in addr{};
@@ -343,14 +356,9 @@ void test_create_qp_ex_send_ops(void**) {
     ibv_pd* pd = ibv_alloc_pd(ctx);
     ibv_cq* cq = ibv_create_cq(ctx, 8, nullptr, nullptr, 0);
     assert_non_null(cq);
+    const ibv_qp_init_attr base = rc_qp_attr(cq, 4, 4);
     ibv_qp_init_attr_ex a{};
-    a.send_cq = cq;
-    a.recv_cq = cq;
-    a.qp_type = IBV_QPT_RC;
-    a.cap.max_send_wr = 4;
-    a.cap.max_recv_wr = 4;
-    a.cap.max_send_sge = 1;
-    a.cap.max_recv_sge = 1;
+    std::memcpy(&a, &base, sizeof base);  // ibv_qp_init_attr_ex begins with its fields
     a.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
     a.pd = pd;
     // The operations usiw does not have yet are refused when asked for.
@@ -916,14 +924,7 @@ void test_cq_ex_events(void**) {
     cattr.wc_flags = IBV_WC_STANDARD_FLAGS;
     ibv_cq_ex* cq = ibv_create_cq_ex(ctx, &cattr);
     assert_non_null(cq);
-    ibv_qp_init_attr qattr{};
-    qattr.send_cq = ibv_cq_ex_to_cq(cq);
-    qattr.recv_cq = ibv_cq_ex_to_cq(cq);
-    qattr.qp_type = IBV_QPT_RC;
-    qattr.cap.max_send_wr = 4;
-    qattr.cap.max_recv_wr = 4;
-    qattr.cap.max_send_sge = 1;
-    qattr.cap.max_recv_sge = 1;
+    ibv_qp_init_attr qattr = rc_qp_attr(ibv_cq_ex_to_cq(cq), 4, 4);
     ibv_qp* qp = ibv_create_qp(pd, &qattr);
     assert_non_null(qp);
     ibv_recv_wr wr{};
@@ -994,14 +995,7 @@ void test_parent_domain_allocator(void**) {
     ibv_srq* srq = ibv_create_srq(domain, &sattr);
     assert_non_null(srq);
     assert_int_equal(alloc.count(3), 1);  // SRQ
-    ibv_qp_init_attr qattr{};
-    qattr.send_cq = ibv_cq_ex_to_cq(cq);
-    qattr.recv_cq = ibv_cq_ex_to_cq(cq);
-    qattr.qp_type = IBV_QPT_RC;
-    qattr.cap.max_send_wr = 20;
-    qattr.cap.max_recv_wr = 30;
-    qattr.cap.max_send_sge = 1;
-    qattr.cap.max_recv_sge = 1;
+    ibv_qp_init_attr qattr = rc_qp_attr(ibv_cq_ex_to_cq(cq), 20, 30);
     ibv_qp* qp = ibv_create_qp(domain, &qattr);
     assert_non_null(qp);
     assert_ptr_equal(qp->pd, domain);
