@@ -239,7 +239,10 @@ void engine_retire(Stream* stream) {
 
 void cq_progress(Cq* cq) {
     {
-        std::lock_guard lock(cq->qps_mutex);
+        // A single-threaded CQ's QPs come and go in the thread that polls it.
+        std::unique_lock lock(cq->qps_mutex, std::defer_lock);
+        if (!cq->single_threaded)
+            lock.lock();
         for (Qp* qp : cq->qps) {
             Stream* s = qp->stream.load();
             if (s && !s->dead.load() && !s->ended.load() && cq == qp->send_cq &&

@@ -123,6 +123,9 @@ struct TxMessage {
     std::array<iovec, kMaxSendSge> source{};  // resolved payload (or the inline copy)
     uint32_t source_count = 0;
     wire::PayloadCursor cursor{};
+    // An inline message's payload. The batch's iovecs point here, so a batch
+    // that carries some of it is written before another message starts.
+    bool is_inline = false;
     std::array<std::byte, kMaxInlineData> inline_copy{};
 };
 

@@ -218,7 +218,7 @@ Start start_next_wqe(Stream* s, bool direct) {
     m = TxMessage{};
     m.inflight_seq = seq;
     if (w.send_flags & IBV_SEND_INLINE) {
-        s->batch->has_inline = true;
+        m.is_inline = true;
         std::memcpy(m.inline_copy.data(), w.inline_data, w.inline_length);
         m.source[0] = {m.inline_copy.data(), w.inline_length};
         m.source_count = 1;
@@ -260,6 +260,8 @@ bool add_message_segment(Stream* s) {
     if (!add_fpdu(s, h, m.cursor, size))
         return false;
     m.segments.take(size);
+    if (m.is_inline)
+        s->batch->has_inline = true;
     if (h.last) {
         s->batch->completes.push_back(m.inflight_seq);
         m.active = false;
@@ -329,7 +331,9 @@ void fill_batch(Stream* s, bool direct) {
                 return;
             continue;
         }
-        if (start_next_wqe(s, direct) != Start::kStarted) {
+        // Starting the next message would overwrite the inline payload
+        // (s->message.inline_copy) this batch still has to write.
+        if (s->batch->has_inline || start_next_wqe(s, direct) != Start::kStarted) {
             // Blocked on fence or ORD, or empty: read responses may still go.
             if (!add_read_response(s))
                 return;

@@ -38,6 +38,14 @@ inline constexpr uint64_t kMaxMessageSize = 1ull << 31;
 inline constexpr uint32_t kVendorId = 0x757369;  // "usi": usiw's own, not an IEEE OUI user
 inline constexpr uint32_t kVendorPartId = 1;
 inline constexpr const char* kFirmwareVersion = "usiw-0.1.0";
+// What ibv_query_device reports usiw does: ibv_modify_qp checks
+// cur_qp_state; sys_image_guid is set; ports raise IBV_EVENT_PORT_ACTIVE;
+// ibv_modify_srq resizes. Not (yet): memory windows and the memory
+// management extensions; and no IB-only capability (RNR NAK, P_Key/Q_Key
+// counters, path migration, UD).
+inline constexpr unsigned kDeviceCapFlags = IBV_DEVICE_CURR_QP_STATE_MOD |
+                                            IBV_DEVICE_SYS_IMAGE_GUID |
+                                            IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SRQ_RESIZE;
 
 struct Context;
 

@@ -2,8 +2,10 @@
 // queuing. An iWARP QP is an RC QP whose transport is a TCP stream; it is
 // created in INIT (as Linux siw reports its IDLE state) and reaches RTS only
 // when a connection is bound to it by connection management.
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <initializer_list>
 #include <new>
 
 #include "datapath/attach.h"
@@ -23,8 +25,10 @@ constexpr int kSupportedQpAttrs =
     IBV_QP_ALT_PATH | IBV_QP_MIN_RNR_TIMER | IBV_QP_SQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
     IBV_QP_PATH_MIG_STATE | IBV_QP_CAP | IBV_QP_DEST_QPN;
 
-constexpr unsigned kQpAccessFlags =
-    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+// Remote atomics are accepted as Linux siw and rxe accept them (kept for
+// ibv_query_qp); usiw has no atomic operations yet, so none can arrive.
+constexpr unsigned kQpAccessFlags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                    IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
 
 constexpr unsigned kSupportedSendFlags =
     IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE;
@@ -107,7 +111,8 @@ void release(Qp* qp) {
         qp->srq->users.fetch_sub(1);
 }
 
-ibv_qp* create_qp_common(Pd* pd, ibv_qp_init_attr_ex* attr) {
+ibv_qp* create_qp_common(ibv_pd* ibpd, ibv_qp_init_attr_ex* attr) {
+    Pd* pd = protection_of(to_pd(ibpd));
     Context* ctx = pd->context;
     ibv_context* ibctx = ctx->ibv();
     if (attr->qp_type != IBV_QPT_RC) {
@@ -135,17 +140,22 @@ ibv_qp* create_qp_common(Pd* pd, ibv_qp_init_attr_ex* attr) {
         ++ctx->qp_count;
         qp_num = ctx->next_qp_num++ & 0xffffff;
     }
+    const DomainUse domain = use_domain(ibpd);
     auto* qp = new (std::nothrow) Qp;
-    if (qp) {
-        qp->sq = Ring<SendWqe>(attr->cap.max_send_wr);
-        qp->rq = Ring<RecvWqe>(attr->srq ? 0 : attr->cap.max_recv_wr);
+    if (qp && (!qp->sq.allocate(attr->cap.max_send_wr, domain.memory.of(kSendQueueResource)) ||
+               !qp->rq.allocate(attr->srq ? 0 : attr->cap.max_recv_wr,
+                                domain.memory.of(kRecvQueueResource)))) {
+        delete qp;
+        qp = nullptr;
     }
     if (!qp) {
+        release_domain(ibpd);
         std::lock_guard lock(ctx->objects_mutex);
         --ctx->qp_count;
         errno = ENOMEM;
         return nullptr;
     }
+    qp->single_threaded = domain.single_threaded;
     qp->context = ctx;
     qp->pd = pd;
     qp->send_cq = to_cq(attr->send_cq);
@@ -168,7 +178,7 @@ ibv_qp* create_qp_common(Pd* pd, ibv_qp_init_attr_ex* attr) {
     ibv_qp& q = qp->vqp.qp;
     q.context = ibctx;
     q.qp_context = attr->qp_context;
-    q.pd = &pd->ibv;
+    q.pd = ibpd;  // the parent domain, if it was created on one
     q.send_cq = attr->send_cq;
     q.recv_cq = attr->recv_cq;
     q.srq = attr->srq;
@@ -203,7 +213,7 @@ ibv_qp* create_qp(ibv_pd* ibpd, ibv_qp_init_attr* attr) {
     ex.sq_sig_all = attr->sq_sig_all;
     ex.comp_mask = IBV_QP_INIT_ATTR_PD;
     ex.pd = ibpd;
-    ibv_qp* qp = create_qp_common(to_pd(ibpd), &ex);
+    ibv_qp* qp = create_qp_common(ibpd, &ex);
     if (qp)
         attr->cap = ex.cap;
     return qp;
@@ -216,14 +226,23 @@ ibv_qp* create_qp_ex(ibv_context* ibctx, ibv_qp_init_attr_ex* attr) {
     }
     const uint32_t unsupported =
         attr->comp_mask &
-        ~static_cast<uint32_t>(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS);
-    if (unsupported || ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags)) {
-        log_debug("create_qp_ex: comp_mask 0x%x / create_flags 0x%x not supported", attr->comp_mask,
-                  attr->create_flags);
+        ~static_cast<uint32_t>(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS |
+                               IBV_QP_INIT_ATTR_SEND_OPS_FLAGS);
+    const uint64_t send_ops =
+        (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) ? attr->send_ops_flags : 0;
+    if (unsupported || ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags) ||
+        qp_ex_check(send_ops) != 0) {
+        log_debug(
+            "create_qp_ex: comp_mask 0x%x / create_flags 0x%x / send_ops_flags 0x%llx not "
+            "supported",
+            attr->comp_mask, attr->create_flags, static_cast<unsigned long long>(send_ops));
         errno = EOPNOTSUPP;
         return nullptr;
     }
-    return create_qp_common(to_pd(attr->pd), attr);
+    ibv_qp* qp = create_qp_common(attr->pd, attr);
+    if (qp && (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS))
+        qp_ex_setup(to_qp(qp), send_ops);
+    return qp;
 }
 
 int destroy_qp(ibv_qp* ibqp) {
@@ -239,7 +258,9 @@ int destroy_qp(ibv_qp* ibqp) {
         ctx->qps.erase(ibqp->qp_num);
         --ctx->qp_count;
     }
-    delete qp;
+    ibv_pd* ibpd = ibqp->pd;
+    delete qp;  // its queues go back to the parent domain's allocator
+    release_domain(ibpd);
     return 0;
 }
 
@@ -291,6 +312,8 @@ int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
         qp->ib_attrs.pkey_index = attr->pkey_index;
     if (mask & IBV_QP_AV)
         qp->ib_attrs.ah_attr = attr->ah_attr;
+    if (mask & IBV_QP_PATH_MTU)
+        qp->ib_attrs.path_mtu = attr->path_mtu;
     if (!(mask & IBV_QP_STATE))
         return 0;  // e.g. perftest's MIN_RNR_TIMER alone
 
@@ -324,7 +347,9 @@ int query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int, ibv_qp_init_attr* init_attr) 
     std::memset(attr, 0, sizeof *attr);
     attr->qp_state = qp->state;
     attr->cur_qp_state = qp->state;
-    attr->path_mtu = mtu_enum_for(qp->context->device->mtu());
+    // The path MTU set, else the port's (iWARP segments by TCP's MSS).
+    attr->path_mtu =
+        qp->ib_attrs.path_mtu ? qp->ib_attrs.path_mtu : mtu_enum_for(qp->context->device->mtu());
     attr->qp_access_flags = qp->access_flags;
     attr->cap = qp->cap;
     attr->port_num = qp->port_num;
@@ -364,8 +389,8 @@ bool opcode_supported(ibv_wr_opcode op) {
     }
 }
 
-// Checks one send work request against the QP's limits and copies it into
-// the queue slot; inline data is copied now, as the caller may reuse it.
+}  // namespace
+
 int build_send_wqe(const Qp* qp, const ibv_send_wr* wr, SendWqe* wqe) {
     if (!opcode_supported(wr->opcode))
         return EOPNOTSUPP;
@@ -409,15 +434,76 @@ int build_send_wqe(const Qp* qp, const ibv_send_wr* wr, SendWqe* wqe) {
     return 0;
 }
 
+namespace {
+
+// Posting to a QP bound to a thread domain. The application promises that
+// no other thread calls verbs on the QP meanwhile, so its state changes only
+// in this thread, except that the datapath's threads may move it to ERR.
+// Posting then takes no state_mutex while the QP is in a state it can only
+// leave for ERR (`lock_free_states`), and posts as in the state it saw; it
+// checks the state again after queuing (flush_after_error): work queued
+// after qp_enter_error flushed the queue is flushed then, under
+// state_mutex (so after that flush, and in order).
+class PostingState {
+  public:
+    PostingState(Qp* qp, std::initializer_list<ibv_qp_state> lock_free_states)
+        : lock_(qp->state_mutex, std::defer_lock) {
+        if (qp->single_threaded) {
+            state_ = qp->state;
+            lock_free_ = std::find(lock_free_states.begin(), lock_free_states.end(), state_) !=
+                         lock_free_states.end();
+        }
+        if (!lock_free_) {
+            lock_.lock();
+            state_ = qp->state;
+        }
+    }
+    ibv_qp_state state() const { return state_; }
+    bool lock_free() const { return lock_free_; }
+
+  private:
+    std::unique_lock<std::mutex> lock_;
+    ibv_qp_state state_ = IBV_QPS_RESET;
+    bool lock_free_ = false;
+};
+
+void flush_send(Qp* qp, const SendWqe& wqe) {
+    complete_send_wqe(qp, wqe.wr_id, wqe.opcode, IBV_WC_WR_FLUSH_ERR, 0);
+}
+
+void flush_recv(Qp* qp, const RecvWqe& wqe) {
+    complete_recv_wqe(qp, wqe.wr_id, IBV_WC_WR_FLUSH_ERR, 0, 0, 0, false);
+}
+
+void flush_after_error(Qp* qp, bool lock_free, bool send_queue) {
+    if (!lock_free || qp->state != IBV_QPS_ERR)
+        return;
+    std::lock_guard state_lock(qp->state_mutex);
+    if (qp->state != IBV_QPS_ERR)
+        return;
+    if (send_queue) {
+        std::lock_guard lock(qp->sq_mutex);
+        for (; !qp->sq.empty(); qp->sq.pop())
+            flush_send(qp, qp->sq.front());
+    } else {
+        std::lock_guard lock(qp->rq_mutex);
+        for (; !qp->rq.empty(); qp->rq.pop())
+            flush_recv(qp, qp->rq.front());
+    }
+}
+
 }  // namespace
 
 int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     Qp* qp = to_qp(ibqp);
     int err = 0;
     bool transmit = false;
+    bool lock_free;
     {
-        std::lock_guard state_lock(qp->state_mutex);
-        if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_ERR) {
+        const PostingState posting(qp, {IBV_QPS_RTS});
+        lock_free = posting.lock_free();
+        const ibv_qp_state state = posting.state();
+        if (state != IBV_QPS_RTS && state != IBV_QPS_ERR) {
             *bad_wr = wr;
             return EINVAL;
         }
@@ -430,9 +516,8 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
             if ((err = build_send_wqe(qp, wr, &qp->sq.back_slot())) != 0)
                 break;
             qp->sq.commit_push();
-            if (qp->state == IBV_QPS_ERR) {  // an errored QP completes new work as flushed
-                const SendWqe& wqe = qp->sq.front();
-                complete_send_wqe(qp, wqe.wr_id, wqe.opcode, IBV_WC_WR_FLUSH_ERR, 0);
+            if (state == IBV_QPS_ERR) {  // an errored QP completes new work as flushed
+                flush_send(qp, qp->sq.front());
                 qp->sq.pop();
             } else {
                 transmit = true;
@@ -441,10 +526,37 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
         if (err)
             *bad_wr = wr;
     }
+    flush_after_error(qp, lock_free, true);
     // Outside the QP's locks: transmission takes them in its own order.
     if (transmit)
         transmit_posted(qp);
     return err;
+}
+
+int post_built_sends(Qp* qp, size_t tail, size_t n) {
+    bool lock_free;
+    {
+        const PostingState posting(qp, {IBV_QPS_RTS});
+        lock_free = posting.lock_free();
+        const ibv_qp_state state = posting.state();
+        if (state != IBV_QPS_RTS && state != IBV_QPS_ERR)
+            return EINVAL;
+        std::lock_guard lock(qp->sq_mutex);
+        // Only a post_send inside the ibv_wr_* section, which the verbs
+        // forbid, moves the tail.
+        if (qp->sq.tail() != tail || qp->sq.capacity() - qp->sq.size() < n)
+            return EINVAL;
+        qp->sq.commit_push(n);
+        if (state == IBV_QPS_ERR) {
+            for (; !qp->sq.empty(); qp->sq.pop())
+                flush_send(qp, qp->sq.front());
+            return 0;
+        }
+    }
+    flush_after_error(qp, lock_free, true);
+    if (n > 0)
+        transmit_posted(qp);
+    return 0;
 }
 
 int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
@@ -453,33 +565,42 @@ int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
         *bad_wr = wr;
         return EINVAL;
     }
-    std::lock_guard state_lock(qp->state_mutex);
-    if (qp->state == IBV_QPS_RESET) {
-        *bad_wr = wr;
-        return EINVAL;
-    }
-    std::lock_guard lock(qp->rq_mutex);
-    for (; wr; wr = wr->next) {
-        if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > qp->cap.max_recv_sge) {
+    int err = 0;
+    bool lock_free;
+    {
+        const PostingState posting(qp, {IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS});
+        lock_free = posting.lock_free();
+        const ibv_qp_state state = posting.state();
+        if (state == IBV_QPS_RESET) {
             *bad_wr = wr;
             return EINVAL;
         }
-        if (qp->rq.full()) {
+        std::lock_guard lock(qp->rq_mutex);
+        for (; wr; wr = wr->next) {
+            if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > qp->cap.max_recv_sge) {
+                err = EINVAL;
+                break;
+            }
+            if (qp->rq.full()) {
+                err = ENOMEM;
+                break;
+            }
+            RecvWqe& wqe = qp->rq.back_slot();
+            wqe.wr_id = wr->wr_id;
+            wqe.num_sge = static_cast<uint32_t>(wr->num_sge);
+            if (wqe.num_sge > 0)
+                std::memcpy(wqe.sge, wr->sg_list, wqe.num_sge * sizeof(ibv_sge));
+            qp->rq.commit_push();
+            if (state == IBV_QPS_ERR) {
+                flush_recv(qp, qp->rq.front());
+                qp->rq.pop();
+            }
+        }
+        if (err)
             *bad_wr = wr;
-            return ENOMEM;
-        }
-        RecvWqe& wqe = qp->rq.back_slot();
-        wqe.wr_id = wr->wr_id;
-        wqe.num_sge = static_cast<uint32_t>(wr->num_sge);
-        if (wqe.num_sge > 0)
-            std::memcpy(wqe.sge, wr->sg_list, wqe.num_sge * sizeof(ibv_sge));
-        qp->rq.commit_push();
-        if (qp->state == IBV_QPS_ERR) {
-            complete_recv_wqe(qp, qp->rq.front().wr_id, IBV_WC_WR_FLUSH_ERR, 0, 0, 0, false);
-            qp->rq.pop();
-        }
     }
-    return 0;
+    flush_after_error(qp, lock_free, false);
+    return err;
 }
 
 }  // namespace usiw

@@ -207,11 +207,17 @@ static_assert(sizeof(verbs_device) == 712);
 static_assert(sizeof(std::atomic_int) == sizeof(int) && std::atomic_int::is_always_lock_free);
 
 static_assert(sizeof(verbs_context_ops) == 76 * sizeof(void*));
+static_assert(offsetof(verbs_context_ops, alloc_parent_domain) == 32);
 static_assert(offsetof(verbs_context_ops, alloc_pd) == 40);
+static_assert(offsetof(verbs_context_ops, alloc_td) == 48);
 static_assert(offsetof(verbs_context_ops, async_event) == 56);
 static_assert(offsetof(verbs_context_ops, cq_event) == 96);
 static_assert(offsetof(verbs_context_ops, create_cq) == 120);
+static_assert(offsetof(verbs_context_ops, create_cq_ex) == 128);
 static_assert(offsetof(verbs_context_ops, create_qp) == 152);
+static_assert(offsetof(verbs_context_ops, create_qp_ex) == 160);
+static_assert(offsetof(verbs_context_ops, dealloc_pd) == 208);
+static_assert(offsetof(verbs_context_ops, dealloc_td) == 216);
 static_assert(offsetof(verbs_context_ops, dereg_mr) == 224);
 static_assert(offsetof(verbs_context_ops, free_context) == 312);
 static_assert(offsetof(verbs_context_ops, modify_qp) == 376);
@@ -238,5 +244,48 @@ static_assert(offsetof(verbs_context, context) + sizeof(ibv_context) == sizeof(v
 static_assert(sizeof(ibv_context) == 328);
 static_assert(offsetof(ibv_context, async_fd) == 268);
 static_assert(sizeof(ibv_comp_channel) == 16);
+
+// The extended verbs (verbs/qp_ex.cc, verbs/cq_ex.cc, verbs/domain.cc):
+// libibverbs' inline ibv_wr_* and ibv_*_poll / ibv_wc_read_* calls jump
+// through these function pointers, which the provider fills in.
+static_assert(sizeof(ibv_qp_ex) == 352);
+static_assert(offsetof(ibv_qp_ex, wr_id) == 168);
+static_assert(offsetof(ibv_qp_ex, wr_flags) == 176);
+static_assert(offsetof(ibv_qp_ex, wr_rdma_read) == 216);
+static_assert(offsetof(ibv_qp_ex, wr_rdma_write) == 224);
+static_assert(offsetof(ibv_qp_ex, wr_send) == 240);
+static_assert(offsetof(ibv_qp_ex, wr_send_inv) == 256);
+static_assert(offsetof(ibv_qp_ex, wr_set_inline_data) == 288);
+static_assert(offsetof(ibv_qp_ex, wr_set_inline_data_list) == 296);
+static_assert(offsetof(ibv_qp_ex, wr_set_sge) == 304);
+static_assert(offsetof(ibv_qp_ex, wr_set_sge_list) == 312);
+static_assert(offsetof(ibv_qp_ex, wr_start) == 320);
+static_assert(offsetof(ibv_qp_ex, wr_complete) == 328);
+static_assert(offsetof(ibv_qp_ex, wr_abort) == 336);
+static_assert(sizeof(ibv_cq_ex) == 288);
+static_assert(offsetof(ibv_cq_ex, status) == 132);
+static_assert(offsetof(ibv_cq_ex, wr_id) == 136);
+static_assert(offsetof(ibv_cq_ex, start_poll) == 144);
+static_assert(offsetof(ibv_cq_ex, next_poll) == 152);
+static_assert(offsetof(ibv_cq_ex, end_poll) == 160);
+static_assert(offsetof(ibv_cq_ex, read_opcode) == 168);
+static_assert(offsetof(ibv_cq_ex, read_dlid_path_bits) == 240);
+static_assert(offsetof(ibv_cq_ex, read_completion_ts) == 248);
+static_assert(sizeof(ibv_cq_init_attr_ex) == 56);
+static_assert(offsetof(ibv_cq_init_attr_ex, wc_flags) == 32);
+static_assert(offsetof(ibv_cq_init_attr_ex, comp_mask) == 40);
+static_assert(offsetof(ibv_cq_init_attr_ex, flags) == 44);
+static_assert(offsetof(ibv_cq_init_attr_ex, parent_domain) == 48);
+static_assert(offsetof(ibv_qp_init_attr_ex, send_ops_flags) == 128);
+static_assert(sizeof(ibv_parent_domain_init_attr) == 48);
+static_assert(offsetof(ibv_parent_domain_init_attr, td) == 8);
+static_assert(offsetof(ibv_parent_domain_init_attr, comp_mask) == 16);
+static_assert(offsetof(ibv_parent_domain_init_attr, alloc) == 24);
+static_assert(offsetof(ibv_parent_domain_init_attr, free) == 32);
+static_assert(offsetof(ibv_parent_domain_init_attr, pd_context) == 40);
+static_assert(sizeof(ibv_td) == 8);
+static_assert(offsetof(ibv_device_attr_ex, device_cap_flags_ex) == 280);
+static_assert(offsetof(ibv_device_attr_ex, phys_port_cnt_ex) == 396);
+static_assert(sizeof(ibv_device_attr_ex) == 400);
 
 }  // namespace usiw::abi

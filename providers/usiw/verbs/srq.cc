@@ -8,7 +8,7 @@
 namespace usiw {
 
 ibv_srq* create_srq(ibv_pd* ibpd, ibv_srq_init_attr* init) {
-    Pd* pd = to_pd(ibpd);
+    Pd* pd = protection_of(to_pd(ibpd));
     Context* ctx = pd->context;
     ibv_srq_attr& a = init->attr;
     if (a.max_wr == 0 || a.max_wr > kMaxSrqWr || a.max_sge == 0 || a.max_sge > kMaxSrqSge ||
@@ -24,10 +24,14 @@ ibv_srq* create_srq(ibv_pd* ibpd, ibv_srq_init_attr* init) {
         }
         ++ctx->srq_count;
     }
+    const DomainUse domain = use_domain(ibpd);
     auto* srq = new (std::nothrow) Srq;
-    if (srq)
-        srq->queue = Ring<RecvWqe>(a.max_wr);
+    if (srq && !srq->queue.allocate(a.max_wr, domain.memory.of(kSrqResource))) {
+        delete srq;
+        srq = nullptr;
+    }
     if (!srq) {
+        release_domain(ibpd);
         std::lock_guard lock(ctx->objects_mutex);
         --ctx->srq_count;
         errno = ENOMEM;
@@ -53,7 +57,9 @@ int destroy_srq(ibv_srq* ibsrq) {
         return EBUSY;
     Context* ctx = srq->context;
     srq->pd->users.fetch_sub(1);
-    delete srq;
+    ibv_pd* ibpd = ibsrq->pd;
+    delete srq;  // its queue goes back to the parent domain's allocator
+    release_domain(ibpd);
     std::lock_guard lock(ctx->objects_mutex);
     --ctx->srq_count;
     return 0;
