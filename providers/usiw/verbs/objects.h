@@ -154,7 +154,6 @@ struct Context {
     uint32_t qp_count = 0;
     uint32_t srq_count = 0;
     uint32_t mr_count = 0;
-    uint32_t next_qp_num = 1;
     std::unordered_map<uint32_t, Qp*> qps;  // by QP number
 
     ibv_context* ibv() { return &shell->vctx.context; }

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <new>
 
+#include "host/qpn_allocator.h"
 #include "verbs/log.h"
 #include "verbs/stream.h"
 #include "verbs/verbs.h"
@@ -167,7 +168,12 @@ ibv_qp* create_qp_common(Pd* pd, ibv_qp_init_attr_ex* attr) {
             return nullptr;
         }
         ++ctx->qp_count;
-        qp_num = ctx->next_qp_num++ & 0xffffff;
+        // Unique among the user's processes on this host, so that the
+        // rendezvous finds a QP by its number (host/qpn_allocator.h).
+        do {
+            qp_num = allocate_qpn();
+        } while (ctx->qps.contains(qp_num));
+        ctx->qps[qp_num] = nullptr;  // reserved until the QP is built
     }
     auto* qp = new (std::nothrow) Qp;
     if (qp) {
@@ -176,6 +182,7 @@ ibv_qp* create_qp_common(Pd* pd, ibv_qp_init_attr_ex* attr) {
     }
     if (!qp) {
         std::lock_guard lock(ctx->objects_mutex);
+        ctx->qps.erase(qp_num);
         --ctx->qp_count;
         errno = ENOMEM;
         return nullptr;
