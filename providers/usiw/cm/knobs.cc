@@ -37,6 +37,13 @@ constexpr KnobDoc kKnobDocs[] = {
      "initiator: time from rdma_connect to the MPA reply; then UNREACHABLE (-ETIMEDOUT)"},
     {"USIW_MPA_REQUEST_TIMEOUT_MS", "milliseconds, default 5000",
      "responder: time from TCP accept to the MPA request; then the connection is dropped"},
+    {"USIW_RDV_PORT", "TCP port, default 4791; 0 turns it off",
+     "QPs connected by ibv_modify_qp (perftest without -R, ibv_rc_pingpong): the port of "
+     "the rendezvous listener, one per host, network namespace and user, shared by the "
+     "processes that use it; both ends must use the same"},
+    {"USIW_RDV_TIMEOUT_MIN_MS", "milliseconds, default 10000",
+     "the least time a QP connected by ibv_modify_qp waits for its peer from RTR; longer "
+     "when 4.096 us * 2^timeout * (retry_cnt + 1) says so; then the QP goes to ERR"},
 };
 
 std::string_view trim(std::string_view s) {
@@ -65,6 +72,18 @@ std::optional<int> parse_ms(std::string_view v) {
         n = n * 10 + (c - '0');
     }
     return n > 0 ? std::optional<int>(n) : std::nullopt;
+}
+
+std::optional<uint16_t> parse_port(std::string_view v) {
+    if (v.empty() || v.size() > 5)
+        return std::nullopt;
+    unsigned n = 0;
+    for (char c : v) {
+        if (c < '0' || c > '9')
+            return std::nullopt;
+        n = n * 10 + static_cast<unsigned>(c - '0');
+    }
+    return n <= 65535 ? std::optional<uint16_t>(static_cast<uint16_t>(n)) : std::nullopt;
 }
 
 std::optional<uint8_t> parse_rtr(std::string_view v) {
@@ -106,12 +125,18 @@ bool apply(MpaPolicy* p, std::string_view variable, std::string_view value) {
         if (!r)
             return false;
         p->rtr = *r;
+    } else if (variable == "USIW_RDV_PORT") {
+        const auto port = parse_port(value);
+        if (!port)
+            return false;
+        p->rdv_port = *port;
     } else {
         const auto ms = parse_ms(value);
         if (!ms)
             return false;
-        (variable == "USIW_MPA_REPLY_TIMEOUT_MS" ? p->reply_timeout_ms : p->request_timeout_ms) =
-            *ms;
+        (variable == "USIW_MPA_REPLY_TIMEOUT_MS"     ? p->reply_timeout_ms
+         : variable == "USIW_MPA_REQUEST_TIMEOUT_MS" ? p->request_timeout_ms
+                                                     : p->rdv_timeout_min_ms) = *ms;
     }
     return true;
 }
