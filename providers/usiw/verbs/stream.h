@@ -52,9 +52,14 @@ struct StreamParams {
     size_t max_fpdu = 0;                // FPDU budget on the wire (MSS-based, or up to 64 KiB)
     wire::TerminateLayout terminate_layout = wire::TerminateLayout::kLinuxSiw;
     std::vector<std::byte> received;  // stream bytes already read after the MPA frame
+    // A QP connected by ibv_modify_qp (cm/rendezvous.h) stays in the state
+    // its application moved it to (RTR or RTS): the stream may come up
+    // before the application asks for RTS.
+    bool keep_qp_state = false;
 };
 
-// Binds a connected stream to `qp` (in INIT or RTR) and moves it to RTS.
+// Binds a connected stream to `qp` (in INIT or RTR) and moves it to RTS;
+// with `keep_qp_state`, binds it to a QP in RTR or RTS and leaves the state.
 // On failure the fd is closed and an errno value returned.
 int qp_attach_stream(Qp* qp, StreamParams&& params, StreamObserver* observer);
 
