@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "cm/rendezvous.h"
 #include "host/link_config.h"
 #include "verbs/log.h"
 #include "verbs/verbs.h"
@@ -72,6 +73,9 @@ std::vector<Device*> build_devices() {
 
 __attribute__((constructor)) void register_driver() {
     verbs_register_driver_34(&device_ops());
+    // QPs connected by ibv_modify_qp get their streams from connection
+    // management's rendezvous.
+    install_qp_connector(&cm::rendezvous_connector());
 }
 
 }  // namespace

@@ -8,6 +8,8 @@
 
 #include "host/qpn_allocator.h"
 #include "verbs/log.h"
+#include "verbs/qp_connector.h"
+#include "verbs/qp_transitions.h"
 #include "verbs/stream.h"
 #include "verbs/verbs.h"
 
@@ -77,8 +79,9 @@ void flush_send(Qp* qp, const SendWqe& wqe) {
     cq_push(qp->send_cq, wc, false);
 }
 
-// Which state changes an application may ask for. RTS needs a connected
-// stream, which only connection management establishes.
+// Which state changes an application may ask for of a QP rdma_cm connects.
+// RTS needs a connected stream, which only connection management
+// establishes.
 int check_transition(const Qp* qp, ibv_qp_state to) {
     const ibv_qp_state from = qp->state;
     switch (to) {
@@ -104,6 +107,25 @@ int check_transition(const Qp* qp, ibv_qp_state to) {
         default:
             return EINVAL;  // SQD, SQE: no iWARP meaning without a connection
     }
+}
+
+// A QP connected by ibv_modify_qp, or being moved to RTR with its peer
+// named: the kernel's rules for an RC QP, and a peer the connector can
+// reach. Work may be posted at RTS before the stream is up.
+int check_peer_transition(const Qp* qp, const ibv_qp_attr& attr, int mask) {
+    const ibv_qp_state to = (mask & IBV_QP_STATE) ? attr.qp_state : qp->state;
+    if (!rc_modify_is_ok(qp->state, to, mask)) {
+        log_debug("QP %u: modify from state %d to %d with attribute mask 0x%x breaks the RC rules",
+                  qp->vqp.qp.qp_num, qp->state, to, mask);
+        return EINVAL;
+    }
+    if (to == IBV_QPS_SQD)
+        return EINVAL;  // no SQ drain in iWARP
+    if (qp->state == IBV_QPS_INIT && to == IBV_QPS_RTR) {
+        QpConnector* connector = qp_connector();
+        return connector ? connector->check_peer(qp, attr) : EOPNOTSUPP;
+    }
+    return 0;
 }
 
 void discard_queues(Qp* qp) {
@@ -228,6 +250,8 @@ ibv_qp* create_qp_common(Pd* pd, ibv_qp_init_attr_ex* attr) {
         ctx->qps[qp_num] = qp;
     }
     attach_to_cqs(qp);
+    if (QpConnector* connector = qp_connector())
+        connector->qp_created(qp);
     return &q;
 }
 
@@ -270,6 +294,8 @@ ibv_qp* create_qp_ex(ibv_context* ibctx, ibv_qp_init_attr_ex* attr) {
 int destroy_qp(ibv_qp* ibqp) {
     Qp* qp = to_qp(ibqp);
     Context* ctx = qp->context;
+    if (QpConnector* connector = qp_connector())
+        connector->qp_destroying(qp);
     detach_from_cqs(qp);  // no poll_cq reaches the stream after this
     qp_stream_destroy(qp);
     release(qp);
@@ -303,11 +329,11 @@ void qp_enter_error(Qp* qp) {
                                       IBV_EVENT_QP_LAST_WQE_REACHED);
 }
 
-int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
-    Qp* qp = to_qp(ibqp);
-    if (mask & ~kSupportedQpAttrs)
-        return EINVAL;
-    std::lock_guard lock(qp->state_mutex);
+namespace {
+
+// modify_qp under the QP's state_mutex. `*notify`: the connector must hear
+// of the change.
+int modify_locked(Qp* qp, const ibv_qp_attr* attr, int mask, bool* notify) {
     if ((mask & IBV_QP_CUR_STATE) && attr->cur_qp_state != qp->state)
         return EINVAL;
     if ((mask & IBV_QP_PORT) && attr->port_num != 1)
@@ -320,7 +346,13 @@ int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
         return EINVAL;
     if (mask & IBV_QP_CAP)
         return EINVAL;  // queues are not resized after creation
-    if (mask & IBV_QP_STATE) {
+    const bool names_peer = (mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RTR &&
+                            (mask & (IBV_QP_AV | IBV_QP_DEST_QPN));
+    if (qp->peer_named || names_peer) {
+        if (int err = check_peer_transition(qp, *attr, mask))
+            return err;
+        *notify = (mask & (IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT)) != 0;
+    } else if (mask & IBV_QP_STATE) {
         if (int err = check_transition(qp, attr->qp_state))
             return err;
     }
@@ -363,13 +395,34 @@ int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
             qp_stream_reset(qp);  // the connection ends; the QP may take a new one
             discard_queues(qp);
             qp->state = IBV_QPS_RESET;
+            qp->peer_named = false;
             break;
         default:
             if (qp->state != IBV_QPS_RTS)  // see check_transition: RTS stays RTS
                 qp->state = attr->qp_state;
             break;
     }
+    if (names_peer)
+        qp->peer_named = true;
     return 0;
+}
+
+}  // namespace
+
+int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
+    Qp* qp = to_qp(ibqp);
+    if (mask & ~kSupportedQpAttrs)
+        return EINVAL;
+    bool notify = false;
+    int err;
+    {
+        std::lock_guard lock(qp->state_mutex);
+        err = modify_locked(qp, attr, mask, &notify);
+    }
+    // Outside the QP's lock: the connector takes its own locks first.
+    if (err == 0 && notify)
+        qp_connector()->qp_modified(qp);
+    return err;
 }
 
 int query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int, ibv_qp_init_attr* init_attr) {
