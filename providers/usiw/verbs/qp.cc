@@ -524,7 +524,12 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     bool transmit = false;
     {
         std::lock_guard state_lock(qp->state_mutex);
-        if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_ERR) {
+        // A QP connected by ibv_modify_qp also sends from RTR: its stream
+        // runs both ways (on iWARP, perftest's ib_send_bw server posts its
+        // receive credits, RDMA Writes, without ever moving to RTS).
+        const bool may_send = qp->state == IBV_QPS_RTS || qp->state == IBV_QPS_ERR ||
+                              (qp->state == IBV_QPS_RTR && qp->peer_named);
+        if (!may_send) {
             *bad_wr = wr;
             return EINVAL;
         }
