@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -45,6 +46,7 @@ enum class Stage : uint8_t {
     kWaiting,     // the responder: waits for its peer's connection
     kConnecting,  // the initiator: its ActiveLink is at work
     kConnected,   // the stream is attached (or its reply is going out)
+    kPeerGone,    // the peer closed its stream in order; ERR at the deadline
     kDown,        // ERR
 };
 
@@ -82,7 +84,13 @@ struct Registry {
     // frees them.
     std::vector<QpRecord*> retired_records;
     std::vector<SocketClient*> retired_links;
-    bool posted = false;  // the engine work item is in the inbox
+    // Lock-free, as the datapath posts too: the engine work item is in the
+    // inbox.
+    std::atomic<bool> posted{false};
+    // Streams whose peer closed in order, by QP number (from the datapath,
+    // under a leaf lock).
+    std::mutex peer_closed_mutex;
+    std::vector<uint32_t> peer_closed;
 };
 
 Registry& registry() {
@@ -103,9 +111,20 @@ EngineWork& engine_work() {
 
 // A rendezvous stream's end, from the datapath: a peer that went away is
 // fatal to the QP, as a transport error is on InfiniBand. (A TERMINATE
-// raises its own event; a local end raises none.)
+// raises its own event; a local end raises none.) A peer that closed in
+// order leaves the QP as it is for a while (StreamParams::
+// linger_after_peer_close): the engine arms its deadline.
 class StreamEvents final : public StreamObserver {
   public:
+    void stream_peer_closed(Qp* qp) override {
+        Registry& g = registry();
+        {
+            std::lock_guard lock(g.peer_closed_mutex);
+            g.peer_closed.push_back(qp->vqp.qp.qp_num);
+        }
+        wake_engine();
+    }
+
     void stream_ended(Qp* qp, StreamEnd why, int error) override {
         if (why != StreamEnd::kPeerClosed && why != StreamEnd::kPeerReset)
             return;
@@ -366,6 +385,7 @@ void ActiveLink::read_reply() {
     params.ord = outcome.ord;
     params.max_fpdu = fpdu_budget(outcome.gso_both, mss_of(fd()));
     params.keep_qp_state = true;
+    params.linger_after_peer_close = true;
     r->active = nullptr;
     owner_ = nullptr;
     UniqueFd stream = release_fd();
@@ -487,6 +507,7 @@ void PassiveLink::attach_responder() {
     params.ord = terms_.ord;
     params.max_fpdu = fpdu_budget(outcome_.gso_both, mss_of(fd()));
     params.keep_qp_state = true;
+    params.linger_after_peer_close = true;
     QpRecord* r = owner_;
     owner_ = nullptr;
     r->replying = nullptr;
@@ -559,6 +580,7 @@ QpView view_of(const QpRecord* r) {
             v.phase = Phase::kConnecting;
             break;
         case Stage::kConnected:
+        case Stage::kPeerGone:
             v.phase = Phase::kConnected;
             break;
         case Stage::kDown:
@@ -675,12 +697,10 @@ void refresh(QpRecord* r) {
             r->stage = Stage::kIdle;
             return;
         case IBV_QPS_ERR:
-            if (r->stage != Stage::kDown) {
-                drop_active(r);
-                Engine::get().cancel_timer(r);
-                r->stage = Stage::kDown;
-                judge_parked(r);
-            }
+            drop_active(r);
+            Engine::get().cancel_timer(r);
+            r->stage = Stage::kDown;
+            judge_parked(r);
             return;
         case IBV_QPS_RTR:
         case IBV_QPS_RTS:
@@ -701,6 +721,8 @@ void refresh(QpRecord* r) {
 
 void QpRecord::on_timer() {
     std::lock_guard lock(rendezvous_mutex());
+    if (qp && stage == Stage::kPeerGone)
+        return fail(this, "the peer closed its stream, and the QP was not reset or destroyed");
     if (!qp || (stage != Stage::kWaiting && stage != Stage::kConnecting))
         return;
     char why[96];
@@ -712,8 +734,25 @@ void QpRecord::on_timer() {
 void EngineWork::run_in_engine() {
     std::lock_guard lock(rendezvous_mutex());
     Registry& g = registry();
-    g.posted = false;
+    g.posted.store(false);
     agents_engine_work();
+    std::vector<uint32_t> peer_closed;
+    {
+        std::lock_guard notices(g.peer_closed_mutex);
+        peer_closed.swap(g.peer_closed);
+    }
+    for (uint32_t qpn : peer_closed) {
+        // As an InfiniBand QP whose peer vanished notices only when its
+        // retries run out: ERR after the peer-wait time, unless the
+        // application resets or destroys it first (or posts work, which
+        // ends the stream at once).
+        QpRecord* r = find_record(qpn);
+        if (!r || !r->qp || r->stage != Stage::kConnected)
+            continue;
+        r->stage = Stage::kPeerGone;
+        r->since = Clock::now();
+        arm_deadline(r);
+    }
     for (QpRecord* r : std::exchange(g.dirty, {})) {
         r->dirty = false;
         if (r->qp)
@@ -729,6 +768,19 @@ void EngineWork::run_in_engine() {
 }
 
 // --- the hooks ---
+
+// Lets go of the QP's connection in progress (outside the engine: the
+// engine closes what it is handed).
+void let_go_of_connection(Registry& g, QpRecord* r) {
+    if (ActiveLink* a = std::exchange(r->active, nullptr)) {
+        a->owner_ = nullptr;
+        g.retired_links.push_back(a);
+    }
+    if (PassiveLink* link = std::exchange(r->replying, nullptr)) {
+        link->owner_ = nullptr;
+        g.retired_links.push_back(link);
+    }
+}
 
 class Connector final : public QpConnector {
   public:
@@ -785,10 +837,24 @@ class Connector final : public QpConnector {
     void qp_modified(Qp* qp) override {
         std::lock_guard lock(rendezvous_mutex());
         QpRecord* r = find_record(qp->vqp.qp.qp_num);
-        if (!r || r->qp != qp || r->dirty)
+        if (!r || r->qp != qp)
             return;
-        r->dirty = true;
-        registry().dirty.push_back(r);
+        // The application may go on to INIT and RTR before the engine looks:
+        // a reset (or an error) must end the old connection now, not be
+        // missed.
+        ibv_qp_state now;
+        {
+            std::lock_guard state_lock(qp->state_mutex);
+            now = qp->state;
+        }
+        if (now == IBV_QPS_RESET || now == IBV_QPS_ERR) {
+            let_go_of_connection(registry(), r);
+            r->stage = now == IBV_QPS_RESET ? Stage::kIdle : Stage::kDown;
+        }
+        if (!r->dirty) {
+            r->dirty = true;
+            registry().dirty.push_back(r);
+        }
         wake_engine();
     }
 
@@ -801,15 +867,8 @@ class Connector final : public QpConnector {
         g.qps.erase(r->qpn);
         if (r->agent)
             agent_unregister(r->agent, r->qpn);
-        if (ActiveLink* a = std::exchange(r->active, nullptr)) {
-            a->owner_ = nullptr;
-            g.retired_links.push_back(a);
-        }
+        let_go_of_connection(g, r);
         for (PassiveLink* link : std::exchange(r->parked, {})) {
-            link->owner_ = nullptr;
-            g.retired_links.push_back(link);
-        }
-        if (PassiveLink* link = std::exchange(r->replying, nullptr)) {
             link->owner_ = nullptr;
             g.retired_links.push_back(link);
         }
@@ -823,14 +882,14 @@ class Connector final : public QpConnector {
 
 void wake_engine() {
     Registry& g = registry();
-    if (g.posted)
+    if (g.posted.exchange(true))
         return;
     Engine& engine = Engine::get();
     if (const int err = engine.start()) {
         log_error("rendezvous: no CM engine: %s", strerror(err));
+        g.posted.store(false);
         return;
     }
-    g.posted = true;
     engine.post(&engine_work());
 }
 

@@ -93,8 +93,8 @@ void agents_engine_work();
 // whose MPA request has been read (`request`: the frame's bytes). CM lock
 // and rendezvous lock held.
 void serve_connection(UniqueFd fd, std::span<const std::byte> request);
-// Defined in rendezvous.cc: run the engine's share soon. Rendezvous lock
-// held (any thread).
+// Defined in rendezvous.cc: run the engine's share soon. Any thread, any
+// locks held (the datapath calls it too).
 void wake_engine();
 
 // Answers the MPA request `request` with a reject frame (carrying

@@ -25,6 +25,11 @@ void inflight_mark_failed(Stream* s, uint64_t seq, ibv_wc_status status);
 // and more than once.
 void stream_fail(Stream* s, StreamEnd why, int error);
 
+// The peer closed its end in order. With linger_after_peer_close and none
+// of our work outstanding, the stream only stops reading; else
+// stream_fail(kPeerClosed). Called with rx_mutex held.
+void stream_peer_closed(Stream* s);
+
 // A protocol or access violation found in what the peer sent: sends a
 // TERMINATE naming `cause` (with copies of the offending FPDU's headers, as
 // RFC 5040 asks for the error's layer), then ends the stream.

@@ -186,10 +186,12 @@ class Engine {
         return n;
     }
 
-    // An ended stream with nothing left to write leaves the epoll set, so
-    // its hung-up socket does not keep waking the engine.
+    // An ended stream with nothing left to write, or one whose peer closed
+    // while the QP lingers, leaves the epoll set, so that its hung-up socket
+    // does not keep waking the engine.
     void quiet(Stream* s) {
-        if (s->ended.load() && !s->want_writable.load() && s->in_epoll.exchange(false))
+        if ((s->ended.load() || s->peer_closed.load()) && !s->want_writable.load() &&
+            s->in_epoll.exchange(false))
             epoll_ctl(epfd_, EPOLL_CTL_DEL, s->fd, nullptr);
     }
 

@@ -459,7 +459,7 @@ class Receiver {
 };
 
 void receive_locked(Stream* s) {
-    if (s->dead.load() || s->ended.load())
+    if (s->dead.load() || s->ended.load() || s->peer_closed.load())
         return;
     Receiver receiver(s);
     if (!s->params.received.empty()) {
@@ -524,7 +524,7 @@ void receive_locked(Stream* s) {
             }
         }
         if (n == 0) {
-            stream_fail(s, StreamEnd::kPeerClosed, 0);
+            stream_peer_closed(s);
             break;
         }
         if (errno == EINTR)

@@ -176,6 +176,27 @@ void stream_fail(Stream* s, StreamEnd why, int error) {
     notify_observer(s, why, error);
 }
 
+void stream_peer_closed(Stream* s) {
+    if (!s->params.linger_after_peer_close)
+        return stream_fail(s, StreamEnd::kPeerClosed, 0);
+    // First the mark, so that work posted from now on ends the stream
+    // (qp_transmit); then whether any was left undone.
+    if (s->peer_closed.exchange(true))
+        return;
+    bool idle;
+    {
+        std::lock_guard tx(s->tx_mutex);
+        std::lock_guard sq(s->qp->sq_mutex);
+        std::lock_guard completions(s->completion_mutex);
+        idle = s->qp->sq.empty() && !s->message.active && s->inflight.empty() && s->orq.empty();
+    }
+    if (!idle)
+        return stream_fail(s, StreamEnd::kPeerClosed, 0);
+    log_debug("QP %u: the peer closed its stream; the QP stays as it is", s->qp->vqp.qp.qp_num);
+    if (s->observer)
+        s->observer->stream_peer_closed(s->qp);
+}
+
 void stream_terminate(Stream* s, const wire::TermCause& cause,
                       std::span<const std::byte> offending) {
     // RFC 5040 figure 10: which parts of the offending FPDU go back.
@@ -304,8 +325,13 @@ void qp_transmit(Qp* qp) {
     // The application owns the QP for the duration of post_send, so the
     // stream cannot be destroyed under us.
     Stream* s = qp->stream.load();
-    if (s && !s->dead.load())
-        stream_transmit(s, true);
+    if (!s || s->dead.load())
+        return;
+    // Work for a peer that is gone: as on InfiniBand, where it would find no
+    // QP there, the QP goes to ERR.
+    if (s->peer_closed.load())
+        return stream_fail(s, StreamEnd::kPeerClosed, 0);
+    stream_transmit(s, true);
 }
 
 void cq_progress(Cq* cq) {

@@ -32,6 +32,11 @@ class StreamObserver {
     // Called once per attached stream, from a datapath thread, after the QP
     // has left RTS and flushed. Must not call back into the QP.
     virtual void stream_ended(Qp* qp, StreamEnd why, int error) = 0;
+    // A stream attached with `linger_after_peer_close`: the peer closed its
+    // end in order and left no work of ours undone. The QP is as it was;
+    // its stream takes no more input. From a datapath thread, with the
+    // stream's receive lock held: must take no lock but leaf locks.
+    virtual void stream_peer_closed(Qp*) {}
 
   protected:
     ~StreamObserver() = default;
@@ -56,6 +61,11 @@ struct StreamParams {
     // its application moved it to (RTR or RTS): the stream may come up
     // before the application asks for RTS.
     bool keep_qp_state = false;
+    // And when its peer closes in order (FIN), as when the peer's process
+    // is done, it stays so, as an InfiniBand QP does whose peer went away:
+    // its posted receives wait, and work posted later (or left undone)
+    // ends the stream, with flushes. The observer hears stream_peer_closed.
+    bool linger_after_peer_close = false;
 };
 
 // Binds a connected stream to `qp` (in INIT or RTR) and moves it to RTS;
