@@ -129,6 +129,20 @@ void barrier(int fd, char tag) {
         die("side channel: expected step '%c', got '%c'", tag, got);
 }
 
+// A TCP connection to HOST:PORT; dies naming `what` if there is none.
+int connect_tcp(const std::string& host, int port, const char* what) {
+    addrinfo hints{}, *res = nullptr;
+    hints.ai_socktype = SOCK_STREAM;
+    const std::string service = std::to_string(port);
+    if (getaddrinfo(host.c_str(), service.c_str(), &hints, &res) != 0 || !res)
+        die("%s: cannot resolve %s", what, host.c_str());
+    const int fd = socket(res->ai_family, SOCK_STREAM, 0);
+    if (connect(fd, res->ai_addr, res->ai_addrlen) != 0)
+        die("%s: connect to %s:%d: %s", what, host.c_str(), port, strerror(errno));
+    freeaddrinfo(res);
+    return fd;
+}
+
 int side_channel(const Options& o) {
     if (o.mode == "server") {
         const int l = socket(AF_INET6, SOCK_STREAM, 0);
@@ -149,16 +163,7 @@ int side_channel(const Options& o) {
             die("side channel: accept: %s", strerror(errno));
         return fd;
     }
-    addrinfo hints{}, *res = nullptr;
-    hints.ai_socktype = SOCK_STREAM;
-    const std::string port = std::to_string(o.port);
-    if (getaddrinfo(o.host.c_str(), port.c_str(), &hints, &res) != 0 || !res)
-        die("side channel: cannot resolve %s", o.host.c_str());
-    const int fd = socket(res->ai_family, SOCK_STREAM, 0);
-    if (connect(fd, res->ai_addr, res->ai_addrlen) != 0)
-        die("side channel: connect to %s:%d: %s", o.host.c_str(), o.port, strerror(errno));
-    freeaddrinfo(res);
-    return fd;
+    return connect_tcp(o.host, o.port, "side channel");
 }
 
 // --- verbs resources ---
@@ -748,15 +753,7 @@ int run_hold(const Options& o) {
 // A stranger at the rendezvous port: the connection must be closed, and
 // soon; an MPA request of another program gets an MPA reject first.
 int run_stranger(const Options& o) {
-    addrinfo hints{}, *res = nullptr;
-    hints.ai_socktype = SOCK_STREAM;
-    const std::string port = std::to_string(o.port);
-    if (getaddrinfo(o.host.c_str(), port.c_str(), &hints, &res) != 0 || !res)
-        die("cannot resolve %s", o.host.c_str());
-    const int fd = socket(res->ai_family, SOCK_STREAM, 0);
-    if (connect(fd, res->ai_addr, res->ai_addrlen) != 0)
-        die("connect to the rendezvous port %d: %s", o.port, strerror(errno));
-    freeaddrinfo(res);
+    const int fd = connect_tcp(o.host, o.port, "the rendezvous port");
     const auto start = Clock::now();
     if (o.kind == "garbage") {
         const char junk[] = "GET / HTTP/1.0\r\nthis is no MPA request at all\r\n\r\n";

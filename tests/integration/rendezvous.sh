@@ -112,6 +112,16 @@ pair() {
     fi
 }
 
+# wait_for_line FILE REGEX: true once FILE has a line matching REGEX
+# (within about 10 s).
+wait_for_line() {
+    for _ in $(seq 100); do
+        grep -q "$2" "$1" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
 # A process holding a QP, so the broker: HOLD_PID, its input on fd 7
 # (closing it ends the process).
 start_holder() {
@@ -122,11 +132,7 @@ start_holder() {
     run "$config" "$netns" "$@" -- hold <"$WORK/holder.in" >"$WORK/holder.log" 2>&1 7>&- &
     HOLD_PID=$!
     exec 7>"$WORK/holder.in"
-    for _ in $(seq 100); do
-        grep -q "^ready" "$WORK/holder.log" && return 0
-        sleep 0.1
-    done
-    return 1
+    wait_for_line "$WORK/holder.log" "^ready"
 }
 stop_holder() {
     exec 7>&-
@@ -141,11 +147,7 @@ capture() {
     [ -n "$netns" ] && prefix=(ip netns exec "$netns")
     "${prefix[@]}" tshark -n -i "$iface" -f "tcp port 4791" -w "$file" >"$file.log" 2>&1 &
     CAPTURE_PID=$!
-    for _ in $(seq 100); do
-        grep -q "Capturing on" "$file.log" && return 0
-        sleep 0.1
-    done
-    return 1
+    wait_for_line "$file.log" "Capturing on"
 }
 # Stops the capture once every packet sent so far is in the file.
 stop_capture() {

@@ -184,54 +184,46 @@ gid_index() {
 # IPv6 addresses (the same on both sides); an empty GIDX6 skips IPv6.
 rendezvous_suite() {
     local tag=$1 senv=$2 cenv=$3 saddr=$4 base=$5 gidx4=$6 gidx6=$7
-    local p=$base t server_re client_re
+    local p=$base t family gidx name
     local row="^ *[0-9]+ +[0-9]+ +[0-9.]+"
-    local tests=("ib_send_bw -s 65536|4" "ib_send_bw -s 1048576 -n 100|4" "ib_write_bw -s 65536|4"
-        "ib_write_bw -s 1048576 -n 100|4" "ib_read_bw -s 65536|4" "ib_read_bw -s 4096 -e|4"
-        "ib_send_lat -s 8|4" "ib_send_lat -s 4096 -e|4" "ib_write_lat -s 8|4"
-        "ib_read_lat -s 8|4" "ib_read_lat -s 4096 -e|4" "ib_write_bw -s 65536 -b|4"
-        "ib_read_bw -s 65536 -b|4" "ib_send_bw -s 65536 -b|4" "ib_write_bw -s 65536 -q 4|4"
-        "ib_send_bw -s 4096 -q 4|4" "ib_read_bw -s 4096 -q 4|4"
-        "ib_write_bw -s 65536|6" "ib_read_lat -s 8|6" "ib_send_bw -s 65536 -b|6")
-    for t in "${tests[@]}"; do
-        local family=${t##*|} gidx=$gidx4
-        t=${t%|*}
+    # IP family, then the command. The pingpong examples: -c checks the
+    # received data, -e sleeps on the completion channel; ibv_srq_pingpong
+    # connects 16 QPs on one SRQ.
+    local runs=("4 ib_send_bw -s 65536" "4 ib_send_bw -s 1048576 -n 100" "4 ib_write_bw -s 65536"
+        "4 ib_write_bw -s 1048576 -n 100" "4 ib_read_bw -s 65536" "4 ib_read_bw -s 4096 -e"
+        "4 ib_send_lat -s 8" "4 ib_send_lat -s 4096 -e" "4 ib_write_lat -s 8"
+        "4 ib_read_lat -s 8" "4 ib_read_lat -s 4096 -e" "4 ib_write_bw -s 65536 -b"
+        "4 ib_read_bw -s 65536 -b" "4 ib_send_bw -s 65536 -b" "4 ib_write_bw -s 65536 -q 4"
+        "4 ib_send_bw -s 4096 -q 4" "4 ib_read_bw -s 4096 -q 4"
+        "6 ib_write_bw -s 65536" "6 ib_read_lat -s 8" "6 ib_send_bw -s 65536 -b"
+        "4 ibv_rc_pingpong -c" "4 ibv_rc_pingpong -e" "4 ibv_srq_pingpong -c"
+        "4 ibv_srq_pingpong -e" "6 ibv_rc_pingpong -c -s 65536" "6 ibv_srq_pingpong -c")
+    for t in "${runs[@]}"; do
+        family=${t%% *} gidx=$gidx4
+        t=${t#* }
         if [ "$family" = 6 ]; then
             [ -n "$gidx6" ] || continue
             gidx=$gidx6
         fi
         read -r -a words <<<"$t"
-        local iters=()
-        [[ " $t " == *" -n "* ]] || iters=(-n 200)
-        server_re=$row
-        [[ $t == *_lat* ]] && server_re="remote address"
-        local allow=""
-        [[ $t == ib_send_bw* ]] && allow=1
-        ALLOW_PD_LEAK=$allow pair "$tag IPv$family $t (no -R)" $p "$senv" "$cenv" \
-            "$server_re" "$row" \
-            -- "${words[@]}" -F -d usiw0 -x "$gidx" -p $p "${iters[@]}" \
-            -- "${words[@]}" -F -d usiw0 -x "$gidx" -p $p "${iters[@]}" "$saddr"
-        p=$((p + 1))
-    done
-    # The pingpong examples: -c checks the received data, -e sleeps on the
-    # completion channel; ibv_srq_pingpong connects 16 QPs on one SRQ.
-    local pp=("ibv_rc_pingpong -c|4" "ibv_rc_pingpong -e|4" "ibv_srq_pingpong -c|4"
-        "ibv_srq_pingpong -e|4" "ibv_rc_pingpong -c -s 65536|6" "ibv_srq_pingpong -c|6")
-    for t in "${pp[@]}"; do
-        local family=${t##*|} gidx=$gidx4
-        t=${t%|*}
-        if [ "$family" = 6 ]; then
-            [ -n "$gidx6" ] || continue
-            gidx=$gidx6
-        fi
-        read -r -a words <<<"$t"
-        local name="$tag IPv$family $t -g $gidx"
-        pair "$name" $p "$senv" "$cenv" "^[0-9]+ iters in" "^[0-9]+ iters in" \
-            -- "${words[@]}" -d usiw0 -g "$gidx" -n 200 -p $p \
-            -- "${words[@]}" -d usiw0 -g "$gidx" -n 200 -p $p "$saddr"
-        # -c: the receiving side prints what it found wrong.
-        if grep -q "invalid data" "$WORK/${name//[^A-Za-z0-9_.-]/_}".*; then
-            bad "$name: the received data was wrong"
+        if [[ $t == ibv_* ]]; then
+            name="$tag IPv$family $t -g $gidx"
+            pair "$name" $p "$senv" "$cenv" "^[0-9]+ iters in" "^[0-9]+ iters in" \
+                -- "${words[@]}" -d usiw0 -g "$gidx" -n 200 -p $p \
+                -- "${words[@]}" -d usiw0 -g "$gidx" -n 200 -p $p "$saddr"
+            # -c: the receiving side prints what it found wrong.
+            if grep -q "invalid data" "$WORK/${name//[^A-Za-z0-9_.-]/_}".*; then
+                bad "$name: the received data was wrong"
+            fi
+        else
+            local iters=() server_re=$row allow=""
+            [[ " $t " == *" -n "* ]] || iters=(-n 200)
+            [[ $t == *_lat* ]] && server_re="remote address"
+            [[ $t == ib_send_bw* ]] && allow=1
+            ALLOW_PD_LEAK=$allow pair "$tag IPv$family $t (no -R)" $p "$senv" "$cenv" \
+                "$server_re" "$row" \
+                -- "${words[@]}" -F -d usiw0 -x "$gidx" -p $p "${iters[@]}" \
+                -- "${words[@]}" -F -d usiw0 -x "$gidx" -p $p "${iters[@]}" "$saddr"
         fi
         p=$((p + 1))
     done

@@ -1,5 +1,7 @@
 #include "cm/mpa_io.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -31,6 +33,10 @@ MpaFrameReader::Status MpaFrameReader::read(int fd, wire::MpaKind kind) {
     }
 }
 
+PendingWrite::PendingWrite(const wire::MpaFrame& frame) : bytes_(wire::kMpaMaxFrameSize) {
+    bytes_.resize(wire::encode_mpa_frame(frame, bytes_));
+}
+
 int PendingWrite::write(int fd) {
     while (sent_ < bytes_.size()) {
         const ssize_t n =
@@ -46,6 +52,12 @@ int PendingWrite::write(int fd) {
         return n < 0 ? errno : EPIPE;
     }
     return 0;
+}
+
+int tcp_mss(int fd) {
+    int mss = 0;
+    socklen_t len = sizeof mss;
+    return getsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &len) == 0 ? mss : 0;
 }
 
 }  // namespace usiw::cm

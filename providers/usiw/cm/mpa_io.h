@@ -41,6 +41,8 @@ class PendingWrite {
   public:
     PendingWrite() = default;
     explicit PendingWrite(std::vector<std::byte> bytes) : bytes_(std::move(bytes)) {}
+    // The encoded frame (nothing if it cannot be encoded).
+    explicit PendingWrite(const wire::MpaFrame& frame);
 
     // Writes what is left: 0 when all is out, EAGAIN when the socket is
     // full, else the errno (EPIPE for a peer that is gone).
@@ -51,5 +53,9 @@ class PendingWrite {
     std::vector<std::byte> bytes_;
     size_t sent_ = 0;
 };
+
+// The socket's TCP maximum segment size, or 0 if it cannot be read (for
+// fpdu_budget).
+int tcp_mss(int fd);
 
 }  // namespace usiw::cm

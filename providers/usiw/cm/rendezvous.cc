@@ -182,12 +182,6 @@ SockAddr socket_address(const Gid& gid, uint16_t port, Device* device) {
     return a;
 }
 
-int mss_of(int fd) {
-    int mss = 0;
-    socklen_t len = sizeof mss;
-    return getsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &len) == 0 ? mss : 0;
-}
-
 // --- the QP's side ---
 
 struct Snapshot {
@@ -320,9 +314,7 @@ void ActiveLink::connected() {
     sent_ = Message{Kind::kRequest, Reason::kNone, r->local, r->remote};
     std::array<std::byte, kMessageSize> data{};
     encode(sent_, data);
-    std::vector<std::byte> frame(wire::kMpaMaxFrameSize);
-    frame.resize(wire::encode_mpa_frame(request_frame(offer_, data), frame));
-    out_ = PendingWrite(std::move(frame));
+    out_ = PendingWrite(request_frame(offer_, data));
     step_ = Step::kSending;
     send_request();
 }
@@ -383,7 +375,7 @@ void ActiveLink::read_reply() {
     params.send_rtr = outcome.send_rtr;
     params.ird = outcome.ird;
     params.ord = outcome.ord;
-    params.max_fpdu = fpdu_budget(outcome.gso_both, mss_of(fd()));
+    params.max_fpdu = fpdu_budget(outcome.gso_both, tcp_mss(fd()));
     params.keep_qp_state = true;
     params.linger_after_peer_close = true;
     r->active = nullptr;
@@ -476,10 +468,7 @@ void PassiveLink::accept(QpRecord* r) {
     m.kind = Kind::kAccept;
     std::array<std::byte, kMessageSize> data{};
     encode(m, data);
-    std::vector<std::byte> frame(wire::kMpaMaxFrameSize);
-    frame.resize(
-        wire::encode_mpa_frame(reply_frame(outcome_, r->policy.gso_hint, terms_, data), frame));
-    out_ = PendingWrite(std::move(frame));
+    out_ = PendingWrite(reply_frame(outcome_, r->policy.gso_hint, terms_, data));
     owner_ = r;
     r->replying = this;
     r->stage = Stage::kConnected;  // no other request is accepted meanwhile
@@ -505,7 +494,7 @@ void PassiveLink::attach_responder() {
     params.expect_send_rtr = outcome_.rtr == wire::kRtrSend;
     params.ird = terms_.ird;
     params.ord = terms_.ord;
-    params.max_fpdu = fpdu_budget(outcome_.gso_both, mss_of(fd()));
+    params.max_fpdu = fpdu_budget(outcome_.gso_both, tcp_mss(fd()));
     params.keep_qp_state = true;
     params.linger_after_peer_close = true;
     QpRecord* r = owner_;

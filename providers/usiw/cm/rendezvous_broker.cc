@@ -166,7 +166,7 @@ namespace {
 // the request timeout, for a peer that reads nothing).
 class Rejecter final : public SocketClient {
   public:
-    Rejecter(UniqueFd fd, std::vector<std::byte> frame)
+    Rejecter(UniqueFd fd, PendingWrite frame)
         : SocketClient(std::move(fd)), out_(std::move(frame)) {}
 
     void start() {
@@ -206,10 +206,8 @@ void reject_and_close(UniqueFd fd, const wire::MpaFrame& request, const Message*
     std::span<const std::byte> private_data;
     if (message)
         private_data = std::span(data.data(), encode(*message, data));
-    std::vector<std::byte> frame(wire::kMpaMaxFrameSize);
-    frame.resize(
-        wire::encode_mpa_frame(reject_frame(outcome, policy.gso_hint, private_data), frame));
-    auto* r = new Rejecter(std::move(fd), std::move(frame));
+    auto* r = new Rejecter(std::move(fd),
+                           PendingWrite(reject_frame(outcome, policy.gso_hint, private_data)));
     r->start();
 }
 
