@@ -14,6 +14,8 @@
 //                        both QPs reset and connected again.
 //   attrs                ibv_modify_qp's errno rules (the kernel's RC
 //                        table for QPs given a peer; rdma_cm's leniencies).
+//   off                  with USIW_RDV_PORT=0: RTR naming a peer is
+//                        EOPNOTSUPP, and the QP stays in INIT.
 //   unreachable --dgid A QP to ERR with flushes and IBV_EVENT_QP_FATAL after
 //                        4.096 us * 2^timeout * (retry_cnt + 1), or at
 //                        least USIW_RDV_TIMEOUT_MIN_MS (--expect-ms).
@@ -673,6 +675,19 @@ int run_attrs(const Options& o) {
     return 0;
 }
 
+// The rendezvous turned off (USIW_RDV_PORT=0): no QP can name a peer.
+int run_off(const Options& o) {
+    Device d = open_device(o);
+    Conn c = make_conn(d, 4096), peer = make_conn(d, 4096);
+    to_init(c.qp);
+    ibv_qp_attr a = rtr_attr(o, d.gid.raw, peer.qp->qp_num);
+    expect_errno(ibv_modify_qp(c.qp, &a, kRtrMask), EOPNOTSUPP,
+                 "RTR naming a peer, rendezvous off");
+    expect_state(c.qp, IBV_QPS_INIT, "after the refused RTR");
+    std::printf("PASS: with the rendezvous off, RTR naming a peer is EOPNOTSUPP\n");
+    return 0;
+}
+
 // A QP whose peer never answers: ERR, flushes and the event after the
 // derived timeout (--expect-ms), not before.
 int run_unreachable(const Options& o, bool no_qp) {
@@ -860,6 +875,8 @@ int main(int argc, char** argv) {
         return run_pair(o);
     if (o.mode == "attrs")
         return run_attrs(o);
+    if (o.mode == "off")
+        return run_off(o);
     if (o.mode == "unreachable")
         return run_unreachable(o, false);
     if (o.mode == "noqp")

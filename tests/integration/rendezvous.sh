@@ -170,6 +170,7 @@ if [ "$WHERE" = loopback ] || [ "$WHERE" = all ]; then
     # peer's request come (or find no QP at RTR) before it reaches RTR.
     pair "late server" 18603 "$lo" "$lo" 127.0.0.1 --late 1500 -q 2 -- -q 2
     pair "late client" 18604 "$lo" "$lo" 127.0.0.1 -q 2 -- --late 1500 -q 2
+    single "rendezvous off" "$WORK/lo" "" USIW_RDV_PORT=0 -- off
     single "no such QP" "$WORK/lo" "" -- noqp
     single "a peer that never connects" "$WORK/lo" "" USIW_RDV_TIMEOUT_MIN_MS=100 -- \
         nopeer --timeout 17 --retry 1 --expect-ms 1073
