@@ -8,7 +8,9 @@
 #   usiw:     stock perftest -R (ib_{write,send,read}_bw at 64 B, 4 KiB,
 #             64 KiB and 1 MiB, with the message rate at 64 B and the CPU
 #             seconds per GiB at 64 KiB and 1 MiB; ib_{write,send,read}_lat
-#             at 8 B and 4 KiB), rdma_cm connection setup rate (usiw_connrate)
+#             at 8 B and 4 KiB), ib_write_bw without -R at 64 KiB and 1 MiB
+#             (row "ib_write_bw*": QPs connected by ibv_modify_qp, through
+#             the rendezvous), rdma_cm connection setup rate (usiw_connrate)
 # on loopback and between two network namespaces joined by a veth pair
 # (root only). CPU seconds per GiB: user + system time of both ends (server
 # and client, with all their threads and children, from GNU time) over the
@@ -243,6 +245,10 @@ connrate_run() {  # LOG SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR [--tcp]
     sed -n 's/.* \([0-9.]*\) connections\/s.*/\1/p' "$log.client"
 }
 
+# How perftest connects its QPs: rdma_cm (-R), or, for the "*" rows,
+# ibv_modify_qp with GID index 0 (the netdev's IPv4 address).
+cm_args=(-R)
+
 # One perftest pair under usiw; prints the client's result row followed by
 # one more field: the CPU seconds (user + system) of both ends together.
 # Prints nothing when the client gave no result row (and says why on
@@ -252,9 +258,9 @@ perftest_row() {  # LOG SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR TEST AR
     shift 7
     server_client 18600 "$snet" 10 "$log.server" "$log.client" \
         with_links "$sconf" in_ns "$snet" "${cputime[@]}" "$log.cpu-server" \
-        timeout 120 "$usiw" run "$test" -R -F -d usiw0 -p 18600 "$@" \
+        timeout 120 "$usiw" run "$test" "${cm_args[@]}" -F -d usiw0 -p 18600 "$@" \
         -- with_links "$cconf" in_ns "$cnet" "${cputime[@]}" "$log.cpu-client" \
-        timeout 120 "$usiw" run "$test" -R -F -d usiw0 -p 18600 "$@" "$addr" ||
+        timeout 120 "$usiw" run "$test" "${cm_args[@]}" -F -d usiw0 -p 18600 "$@" "$addr" ||
         echo "bench.sh: $test $*: no server after 10 s" >&2
     local r
     r=$(grep -E '^ *[0-9]+ +[0-9]+ +[0-9.]+' "$log.client" | tail -n 1) || true
@@ -349,9 +355,13 @@ measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
     row "$path" iperf3 - cpu_s/GiB "$tcp_cpu" "$tcp_cpu"
     row "$path" sockperf 14 usec "$lat8" "$lat8"
     row "$path" sockperf-tp 64 Mmsg/s "$mmsgs" "$mmsgs"
-    local test size gbps ref_gbps ref_cpu default_gbps i out
-    for test in ib_write_bw ib_send_bw ib_read_bw; do
-        for size in 64 4096 65536 1048576; do
+    local test label size sizes gbps ref_gbps ref_cpu default_gbps i out
+    for label in ib_write_bw 'ib_write_bw*' ib_send_bw ib_read_bw; do
+        test=${label%\*} cm_args=(-R) sizes="64 4096 65536 1048576"
+        if [ "$label" != "$test" ]; then
+            cm_args=(-x 0) sizes="65536 1048576"
+        fi
+        for size in $sizes; do
             ref_gbps=$tcp_gbps ref_cpu=$tcp_cpu default_gbps=""
             if [ "$size" -ge 65536 ]; then
                 # The target sizes: each usiw run right after an iperf3 run
@@ -361,10 +371,10 @@ measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
                 # Documentation/performance.md).
                 local usiw_runs=() tcp_runs=()
                 for i in $(seq "$runs"); do
-                    out=$(RUN=$i iperf_run "$logs/$path-$test-$size-iperf3" "$snet" "$cnet" \
+                    out=$(RUN=$i iperf_run "$logs/$path-$label-$size-iperf3" "$snet" "$cnet" \
                         "$addr" "$size") || true
                     [ -n "$out" ] && tcp_runs+=("$out")
-                    out=$(RUN=$i bw_row "$logs/$path-$test-$size" "$sconf" "$snet" "$cconf" \
+                    out=$(RUN=$i bw_row "$logs/$path-$label-$size" "$sconf" "$snet" "$cconf" \
                         "$cnet" "$addr" "$test" "$size") || true
                     [ -n "$out" ] && usiw_runs+=("$out")
                 done
@@ -372,26 +382,27 @@ measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
                 read -r ref_gbps ref_cpu <<<"$(median_line 1 "${tcp_runs[@]}")"
                 default_gbps=$tcp_gbps  # for the last column
             else
-                r=$(median_of 4 bw_row "$logs/$path-$test-$size" "$sconf" "$snet" "$cconf" \
+                r=$(median_of 4 bw_row "$logs/$path-$label-$size" "$sconf" "$snet" "$cconf" \
                     "$cnet" "$addr" "$test" "$size")
             fi
             # columns: bytes iterations peak average(MB/s) msgrate(Mpps)
             # cpu_seconds; perftest's MB is 2^20 bytes (MiB), iperf3's Gbit
             # is 10^9 bits.
             gbps=$(awk '{printf "%.2f", $4 * 1048576 * 8 / 1e9}' <<<"$r")
-            row "$path" "$test" "$size" Gbit/s "$gbps" "$ref_gbps" "$default_gbps"
+            row "$path" "$label" "$size" Gbit/s "$gbps" "$ref_gbps" "$default_gbps"
             if [ "$size" = 64 ]; then
-                row "$path" "$test" "$size" Mmsg/s "$(awk '{print $5}' <<<"$r")" "$mmsgs"
+                row "$path" "$label" "$size" Mmsg/s "$(awk '{print $5}' <<<"$r")" "$mmsgs"
             fi
             if [ "$size" -ge 65536 ]; then
                 # bytes moved in the whole run (the CPU time's span):
                 # iterations x size, counted in the window, scaled to it
-                row "$path" "$test" "$size" cpu_s/GiB "$(per_gib "$(awk '{ print $6 }' <<<"$r")" \
+                row "$path" "$label" "$size" cpu_s/GiB "$(per_gib "$(awk '{ print $6 }' <<<"$r")" \
                     "$(awk -v d="$seconds" -v w="$window" '{ printf "%.0f", $1 * $2 * d / w }' \
                     <<<"$r")")" "$ref_cpu"
             fi
         done
     done
+    cm_args=(-R)
     for test in ib_write_lat ib_send_lat ib_read_lat; do
         for size in 8 4096; do
             # the run with the median average latency (t_avg)
@@ -419,7 +430,8 @@ echo "each figure is the median of $runs run(s)"
 printf '%-9s %-13s %9s  %-9s %12s %12s %7s %9s\n' path test bytes metric usiw raw-TCP ratio \
     vs-iperf3
 echo "(raw-TCP at 64 KiB and 1 MiB: iperf3 writing that size, alternating with usiw;" \
-    "vs-iperf3: usiw over the default iperf3 row)"
+    "vs-iperf3: usiw over the default iperf3 row; ib_write_bw*: without -R, QPs connected" \
+    "by ibv_modify_qp)"
 links_dir "$work/lo"
 if [ "$where" != netns ]; then
     measure loopback "$work/lo" "" "$work/lo" "" 127.0.0.1

@@ -1,7 +1,17 @@
 #!/usr/bin/env bash
 # Stock rdma-core and perftest programs moving data over usiw: rping,
-# ucmatose, rdma_server/rdma_client and ib_{send,write,read}_{bw,lat} -R, on
-# loopback and between two network namespaces joined by a veth pair.
+# ucmatose, rdma_server/rdma_client and ib_{send,write,read}_{bw,lat} -R
+# (rdma_cm); then, with QPs connected by ibv_modify_qp (the rendezvous,
+# Documentation/cm.md), ib_{send,write,read}_{bw,lat} without -R (with -e,
+# -b, -q 4, and over IPv6 GIDs) and ibv_rc_pingpong / ibv_srq_pingpong -g N
+# (-c checks data, -e); on loopback and between two network namespaces
+# joined by a veth pair.
+#
+# (Debian's perftest 4.5-0.17 ends ib_send_bw without -R on any iWARP
+# device with "Failed to deallocate PD" and exit status 1, after the
+# result: it leaks the receive-credit MR that only iWARP uses, unless -R.
+# Fixed upstream in perftest ff1a84a (23.07). Those runs pass when the
+# result row is there and that leak is the only complaint.)
 #
 # (ib_send_bw -e is left out: on iWARP, which has no receiver-not-ready
 # retry, perftest paces sends with receive credits the server RDMA-Writes
@@ -56,18 +66,28 @@ pair() {
     [ "$1" = -- ] && shift
     split_at_dashes "$@"
     local sargs=("${before[@]}") cargs=("${after[@]}")
-    local sconf snet cconf cnet
+    local sconf snet cconf cnet allow=${ALLOW_PD_LEAK:-}
     read -r sconf snet <<<"$senv"
     read -r cconf cnet <<<"$cenv"
     local file=${name//[^A-Za-z0-9_.-]/_}
     local sout="$WORK/$file.server" cout="$WORK/$file.client"
-    if ! server_client "$port" "$snet" 10 "$sout" "$cout" side "$sconf" "$snet" "${sargs[@]}" \
+    if ! server_client "$port" "$snet" 60 "$sout" "$cout" side "$sconf" "$snet" "${sargs[@]}" \
         -- side "$cconf" "$cnet" "${cargs[@]}"; then
         bad "$name: server never listened on port $port"
         show server "$sout" 5
         return
     fi
     local why=""
+    # See the top: perftest's credit-MR leak, and nothing else.
+    local f
+    for f in "$cout" "$sout"; do
+        if [ -n "$allow" ] && grep -q "Failed to deallocate PD" "$f" &&
+            ! grep -v "^usiw: \|Failed to deallocate PD\|Couldn't destroy all SEND resources" "$f" |
+                grep -qi "fail\|error\|couldn't\|unable"; then
+            [ "$f" = "$cout" ] && [ "$client_rc" -eq 1 ] && client_rc=0
+            [ "$f" = "$sout" ] && [ "$server_rc" -eq 1 ] && server_rc=0
+        fi
+    done
     [ "$client_rc" -eq 0 ] || why+=" client exit $client_rc;"
     [ "$server_rc" -eq 0 ] || why+=" server exit $server_rc;"
     grep -Eq "$cre" "$cout" || why+=" client output lacks /$cre/;"
@@ -130,15 +150,94 @@ suite() {
     done
 }
 
+# gid_index CONFIGDIR NETNS ADDRESS: the usiw0 GID table index of ADDRESS
+# (as ibv_devinfo -v prints GIDs), or nothing.
+gid_index() {
+    local config=$1 netns=$2 want=$3
+    side "$config" "$netns" ibv_devinfo -v -d usiw0 2>/dev/null |
+        sed -n "s/^.*GID\[ *\([0-9]*\)\]:[[:space:]]*$want,.*/\1/p" | head -n 1
+}
+
+# The same settings with QPs connected by ibv_modify_qp: perftest without
+# -R and the pingpong examples, each exchanging GID and QP number over its
+# own socket. GIDX4 and GIDX6 are the usiw0 GID indexes of the IPv4 and
+# IPv6 addresses (the same on both sides); an empty GIDX6 skips IPv6.
+rendezvous_suite() {
+    local tag=$1 senv=$2 cenv=$3 saddr=$4 base=$5 gidx4=$6 gidx6=$7
+    local p=$base t family gidx name
+    local row="^ *[0-9]+ +[0-9]+ +[0-9.]+"
+    # IP family, then the command. The pingpong examples: -c checks the
+    # received data, -e sleeps on the completion channel; ibv_srq_pingpong
+    # connects 16 QPs on one SRQ.
+    local runs=("4 ib_send_bw -s 65536" "4 ib_send_bw -s 1048576 -n 100" "4 ib_write_bw -s 65536"
+        "4 ib_write_bw -s 1048576 -n 100" "4 ib_read_bw -s 65536" "4 ib_read_bw -s 4096 -e"
+        "4 ib_send_lat -s 8" "4 ib_send_lat -s 4096 -e" "4 ib_write_lat -s 8"
+        "4 ib_read_lat -s 8" "4 ib_read_lat -s 4096 -e" "4 ib_write_bw -s 65536 -b"
+        "4 ib_read_bw -s 65536 -b" "4 ib_send_bw -s 65536 -b" "4 ib_write_bw -s 65536 -q 4"
+        "4 ib_send_bw -s 4096 -q 4" "4 ib_read_bw -s 4096 -q 4"
+        "6 ib_write_bw -s 65536" "6 ib_read_lat -s 8" "6 ib_send_bw -s 65536 -b"
+        "4 ibv_rc_pingpong -c" "4 ibv_rc_pingpong -e" "4 ibv_srq_pingpong -c"
+        "4 ibv_srq_pingpong -e" "6 ibv_rc_pingpong -c -s 65536" "6 ibv_srq_pingpong -c")
+    for t in "${runs[@]}"; do
+        family=${t%% *} gidx=$gidx4
+        t=${t#* }
+        if [ "$family" = 6 ]; then
+            [ -n "$gidx6" ] || continue
+            gidx=$gidx6
+        fi
+        read -r -a words <<<"$t"
+        if [[ $t == ibv_* ]]; then
+            name="$tag IPv$family $t -g $gidx"
+            pair "$name" $p "$senv" "$cenv" "^[0-9]+ iters in" "^[0-9]+ iters in" \
+                -- "${words[@]}" -d usiw0 -g "$gidx" -n 200 -p $p \
+                -- "${words[@]}" -d usiw0 -g "$gidx" -n 200 -p $p "$saddr"
+            # -c: the receiving side prints what it found wrong.
+            if grep -q "invalid data" "$WORK/${name//[^A-Za-z0-9_.-]/_}".*; then
+                bad "$name: the received data was wrong"
+            fi
+        else
+            local iters=() server_re=$row allow=""
+            [[ " $t " == *" -n "* ]] || iters=(-n 200)
+            [[ $t == *_lat* ]] && server_re="remote address"
+            [[ $t == ib_send_bw* ]] && allow=1
+            ALLOW_PD_LEAK=$allow pair "$tag IPv$family $t (no -R)" $p "$senv" "$cenv" \
+                "$server_re" "$row" \
+                -- "${words[@]}" -F -d usiw0 -x "$gidx" -p $p "${iters[@]}" \
+                -- "${words[@]}" -F -d usiw0 -x "$gidx" -p $p "${iters[@]}" "$saddr"
+        fi
+        p=$((p + 1))
+    done
+}
+
 if [ "$WHERE" = loopback ] || [ "$WHERE" = all ]; then
     suite loopback "$WORK/lo " "$WORK/lo " 127.0.0.1 21000
+    # usiw0 on lo: GID 0 is ::ffff:127.0.0.1, GID 1 is ::1.
+    rendezvous_suite loopback "$WORK/lo " "$WORK/lo " 127.0.0.1 21100 0 1
 fi
 
 if [ "$WHERE" = netns ] || [ "$WHERE" = all ]; then
     if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null; then
         skip "netns: needs root and iproute2"
-    elif veth_pair va "$NS_A" "$ADDR_A" vb "$NS_B" "$ADDR_B"; then
+    elif veth_pair va "$NS_A" "$ADDR_A" vb "$NS_B" "$ADDR_B" &&
+        ip -n "$NS_A" addr add 2001:db8::1/64 dev va nodad &&
+        ip -n "$NS_B" addr add 2001:db8::2/64 dev vb nodad; then
+        # The usiw ports follow the veths' operational state a moment later.
+        for _ in $(seq 100); do
+            side "$WORK/a" "$NS_A" ibv_devinfo -d usiw0 2>/dev/null | grep -q PORT_ACTIVE &&
+                side "$WORK/b" "$NS_B" ibv_devinfo -d usiw0 2>/dev/null | grep -q PORT_ACTIVE && break
+            sleep 0.1
+        done
         suite netns "$WORK/b $NS_B" "$WORK/a $NS_A" "$ADDR_B" 22000
+        # The GID indexes of the veth ends' addresses (IPv4 first; the
+        # IPv6 order is the kernel's), the same on both sides.
+        gid4=$(gid_index "$WORK/a" "$NS_A" "0000:0000:0000:0000:0000:ffff:c000:0201")
+        gid6=$(gid_index "$WORK/a" "$NS_A" "2001:0db8:0000:0000:0000:0000:0000:0001")
+        if [ -n "$gid4" ] && [ -n "$gid6" ] &&
+            [ "$gid6" = "$(gid_index "$WORK/b" "$NS_B" "2001:0db8:0000:0000:0000:0000:0000:0002")" ]; then
+            rendezvous_suite netns "$WORK/b $NS_B" "$WORK/a $NS_A" "$ADDR_B" 22200 "$gid4" "$gid6"
+        else
+            bad "netns: usiw0's GID table lacks the veth addresses (IPv4 '$gid4', IPv6 '$gid6')"
+        fi
         # One host, two netdevs: the client's usiw0 is on vc, the server's
         # address is vd's, so the kernel routes the connection over the
         # loopback path; usiw must serve it from the client's device as

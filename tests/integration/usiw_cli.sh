@@ -119,7 +119,8 @@ run_usiw --help
 expect_status "--help" 0
 for text in "usiw link show" "usiw link add NAME netdev NETDEV" "usiw link delete NAME" \
     "usiw run CMD" "LD_PRELOAD=PROVIDER" "USIW_RUN=1" "USIW_CONFIG_DIR" \
-    "USIW_SYSTEM_CONFIG_DIR" "USIW_PROVIDER_LIB" "XDG_CONFIG_HOME" "/etc/usiw/links" "Examples"; do
+    "USIW_SYSTEM_CONFIG_DIR" "USIW_PROVIDER_LIB" "XDG_CONFIG_HOME" "/etc/usiw/links" "Examples" \
+    "perftest without -R" "ibv_rc_pingpong -g GID_INDEX" "USIW_RDV_PORT"; do
     expect_stdout "--help" "$(sed 's/[][\.*^$()+?{}|]/\\&/g' <<<"$text")"
 done
 expect_stdout "--help shows the real files" "$USER_FILE"

@@ -183,7 +183,11 @@ process. Each usiw device is bound to a network device (netdev), like
 `rdma link add NAME type siw netdev DEV`, but needs no kernel module and no
 root. Stock verbs programs (ibv_devinfo, rping, perftest, pyverbs, your own)
 see the usiw devices beside any real RDMA devices when started with
-`usiw run`.
+`usiw run`. QPs connect through rdma_cm (rping, perftest -R) or, as on RoCE,
+with ibv_modify_qp after the program swapped GID and QP number itself:
+plain perftest without -R (-x GID_INDEX), ibv_rc_pingpong -g GID_INDEX,
+ibv_srq_pingpong -g GID_INDEX. For those, usiw listens on TCP port 4791
+(USIW_RDV_PORT) and opens a standard iWARP stream to the peer.
 
 Usage:
   usiw link show [NAME]
@@ -264,6 +268,9 @@ Examples:
   usiw link add usiw1 netdev eth0        # a device on eth0, for you
   sudo usiw link add usiw1 netdev eth0   # ... for every user
   usiw run rping -s -a 192.0.2.1 -v      # server on eth0's address
+  usiw run ib_write_bw -d usiw0 -x 0     # perftest without -R: server ...
+  usiw run ib_write_bw -d usiw0 -x 0 127.0.0.1  # ... and client
+  usiw run ibv_rc_pingpong -d usiw0 -g 0 # ibv_modify_qp-connected QPs
   usiw link show
   usiw link delete usiw1
 

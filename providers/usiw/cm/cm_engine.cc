@@ -33,6 +33,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -71,7 +72,9 @@ void shielded(Work&& work) noexcept {
 struct Engine::Impl {
     UniqueFd epoll_fd;
     UniqueFd wake_fd;  // eventfd: the inbox has work, or a timer moved earlier
-    bool started = false;
+    std::once_flag start_once;
+    int start_error = 0;
+    std::atomic<bool> started{false};
 
     // With the CM lock:
     uint64_t next_token = 1;
@@ -105,8 +108,15 @@ Engine& Engine::get() {
 Engine::Engine() : impl_(new Impl) {}
 
 int Engine::start_locked() {
-    if (impl_->started)
-        return 0;
+    return start();
+}
+
+int Engine::start() {
+    std::call_once(impl_->start_once, [this] { impl_->start_error = start_thread(); });
+    return impl_->start_error;
+}
+
+int Engine::start_thread() {
     impl_->epoll_fd.reset(epoll_create1(EPOLL_CLOEXEC));
     impl_->wake_fd.reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     if (!impl_->epoll_fd || !impl_->wake_fd)
@@ -121,7 +131,7 @@ int Engine::start_locked() {
     } catch (const std::system_error& e) {
         return e.code().value() ? e.code().value() : EAGAIN;
     }
-    impl_->started = true;
+    impl_->started.store(true);
     return 0;
 }
 
@@ -185,7 +195,7 @@ void Engine::retire(EngineClient* client) {
             ++it;
     }
     impl_->retired.push_back(client);
-    if (impl_->started)
+    if (impl_->started.load())
         impl_->wake();  // freed at the end of the engine's next batch
     else
         free_retired();

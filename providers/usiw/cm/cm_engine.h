@@ -65,6 +65,10 @@ class Engine {
     // From any thread, any locks but the CM lock held: runs item under the
     // CM lock on the engine thread (or in drain_inbox(), whichever first).
     void post(InboxItem* item);
+    // Starts the engine's thread if it is not running; safe with or without
+    // the CM lock (hooks of the verbs layer may run under it). 0 or errno.
+    int start();
+
     // Runs what was posted. An rdma_* call does this before it touches
     // something the datapath may have reported on (a QP the application
     // destroyed reports its stream's end synchronously).
@@ -76,6 +80,7 @@ class Engine {
     void run_timers();
     void free_retired();
     int start_locked();
+    int start_thread();
 
     struct Impl;
     Impl* impl_;

@@ -43,14 +43,19 @@ int qp_attach_stream(Qp* qp, StreamParams&& params, StreamObserver* observer) {
     stream_setup_zerocopy(s);
     {
         std::lock_guard lock(qp->state_mutex);
-        if (qp->stream.load() || (qp->state != IBV_QPS_INIT && qp->state != IBV_QPS_RTR)) {
+        const bool keep = s->params.keep_qp_state;
+        const bool ready = keep ? qp->state == IBV_QPS_RTR || qp->state == IBV_QPS_RTS
+                                : qp->state == IBV_QPS_INIT || qp->state == IBV_QPS_RTR;
+        if (qp->stream.load() || !ready) {
             close(s->fd);
             delete s;
             return EINVAL;
         }
         qp->stream.store(s);
-        qp->state = IBV_QPS_RTS;
-        qp->vqp.qp.state = IBV_QPS_RTS;
+        if (!keep) {
+            qp->state = IBV_QPS_RTS;
+            qp->vqp.qp.state = IBV_QPS_RTS;
+        }
     }
     s->in_epoll.store(true);
     if (int err = engine_add(s)) {
@@ -58,10 +63,12 @@ int qp_attach_stream(Qp* qp, StreamParams&& params, StreamObserver* observer) {
         stream_fail(s, StreamEnd::kPeerReset, err);
         return err;
     }
-    // Bytes that came with the MPA frame, and the RTR, go at once.
+    // Bytes that came with the MPA frame go at once. So does the RTR, and
+    // work posted before the stream was up (a QP connected by
+    // ibv_modify_qp may be in RTS already).
     if (!s->params.received.empty())
         stream_receive(s);
-    if (s->rtr_pending)
+    if (s->rtr_pending || s->params.keep_qp_state)
         stream_transmit(s, true);
     return 0;
 }

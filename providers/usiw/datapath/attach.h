@@ -33,6 +33,11 @@ class StreamObserver {
     // Called once per attached stream, from a datapath thread, after the QP
     // has left RTS and flushed. Must not call back into the QP.
     virtual void stream_ended(Qp* qp, StreamEnd why, int error) = 0;
+    // A stream attached with `linger_after_peer_close`: the peer closed its
+    // end in order and left no work of ours undone. The QP is as it was;
+    // its stream takes no more input. From a datapath thread, with the
+    // stream's receive lock held: must take no lock but leaf locks.
+    virtual void stream_peer_closed(Qp*) {}
 
   protected:
     ~StreamObserver() = default;
@@ -53,9 +58,19 @@ struct StreamParams {
     size_t max_fpdu = 0;                // FPDU budget on the wire (MSS-based, or up to 64 KiB)
     wire::TerminateLayout terminate_layout = wire::TerminateLayout::kLinuxSiw;
     std::vector<std::byte> received;  // stream bytes already read after the MPA frame
+    // A QP connected by ibv_modify_qp (cm/rendezvous.h) stays in the state
+    // its application moved it to (RTR or RTS): the stream may come up
+    // before the application asks for RTS.
+    bool keep_qp_state = false;
+    // And when its peer closes in order (FIN), as when the peer's process
+    // is done, it stays so, as an InfiniBand QP does whose peer went away:
+    // its posted receives wait, and work posted later (or left undone)
+    // ends the stream, with flushes. The observer hears stream_peer_closed.
+    bool linger_after_peer_close = false;
 };
 
-// Binds a connected stream to `qp` (in INIT or RTR) and moves it to RTS.
+// Binds a connected stream to `qp` (in INIT or RTR) and moves it to RTS;
+// with `keep_qp_state`, binds it to a QP in RTR or RTS and leaves the state.
 // On failure the fd is closed and an errno value returned.
 int qp_attach_stream(Qp* qp, StreamParams&& params, StreamObserver* observer);
 

@@ -189,10 +189,19 @@ class Engine {
     }
 
     // An ended stream with nothing left to write leaves the epoll set, so
-    // its hung-up socket does not keep waking the engine.
+    // that its hung-up socket does not keep waking the engine. One whose
+    // peer closed while the QP lingers is watched for errors only: a reset
+    // (the answer to data that reached a peer that is gone) still ends it.
     void quiet(Stream* s) {
-        if (s->ended.load() && !s->want_writable.load() && s->in_epoll.exchange(false))
+        if (s->want_writable.load())
+            return;
+        if (s->ended.load() && s->in_epoll.exchange(false)) {
             epoll_ctl(epfd_, EPOLL_CTL_DEL, s->fd, nullptr);
+        } else if (s->peer_closed.load() && s->in_epoll.load()) {
+            epoll_event ev{};
+            ev.data.ptr = s;  // no events: EPOLLERR and EPOLLHUP come anyway
+            epoll_ctl(epfd_, EPOLL_CTL_MOD, s->fd, &ev);
+        }
     }
 
     // Streams retired before this point cannot appear in a later batch:

@@ -413,6 +413,16 @@ class Receiver {
 void receive_locked(Stream* s) {
     if (s->dead.load() || s->ended.load())
         return;
+    if (s->peer_closed.load()) {
+        // Nothing more comes; only an error wakes us now (the engine
+        // watches for nothing else): a reset, when what we sent reached a
+        // peer that is gone.
+        int error = 0;
+        socklen_t len = sizeof error;
+        if (getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &error, &len) == 0 && error != 0)
+            stream_fail(s, StreamEnd::kPeerReset, error);
+        return;
+    }
     Receiver receiver(s);
     if (!s->params.received.empty()) {
         // Bytes that arrived with the MPA frame belong to the FPDU stream.
@@ -476,7 +486,7 @@ void receive_locked(Stream* s) {
             }
         }
         if (n == 0) {
-            stream_fail(s, StreamEnd::kPeerClosed, 0);
+            stream_peer_closed(s);
             break;
         }
         if (errno == EINTR)

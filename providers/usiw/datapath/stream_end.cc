@@ -65,4 +65,25 @@ void stream_fail(Stream* s, StreamEnd why, int error) {
     stream_notify_end(s, why, error);
 }
 
+void stream_peer_closed(Stream* s) {
+    if (!s->params.linger_after_peer_close)
+        return stream_fail(s, StreamEnd::kPeerClosed, 0);
+    // First the mark, so that work posted from now on ends the stream
+    // (transmit_posted); then whether any was left undone.
+    if (s->peer_closed.exchange(true))
+        return;
+    bool idle;
+    {
+        std::lock_guard tx(s->tx_mutex);
+        std::lock_guard sq(s->qp->sq_mutex);
+        std::lock_guard completions(s->completion_mutex);
+        idle = s->qp->sq.empty() && !s->message.active && s->inflight.empty() && s->orq.empty();
+    }
+    if (!idle)
+        return stream_fail(s, StreamEnd::kPeerClosed, 0);
+    log_debug("QP %u: the peer closed its stream; the QP stays as it is", s->qp->vqp.qp.qp_num);
+    if (s->observer)
+        s->observer->stream_peer_closed(s->qp);
+}
+
 }  // namespace usiw

@@ -549,8 +549,13 @@ void transmit_posted(Qp* qp) {
     // The application owns the QP for the duration of post_send, so the
     // stream cannot be destroyed under us.
     Stream* s = qp->stream.load();
-    if (s && !s->dead.load())
-        stream_transmit(s, true);
+    if (!s || s->dead.load())
+        return;
+    // Work for a peer that is gone: as on InfiniBand, where it would find no
+    // QP there, the QP goes to ERR.
+    if (s->peer_closed.load())
+        return stream_fail(s, StreamEnd::kPeerClosed, 0);
+    stream_transmit(s, true);
 }
 
 void stream_terminate(Stream* s, const wire::TermCause& cause,

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "cm/rendezvous.h"
 #include "host/link_config.h"
 #include "verbs/device_registry.h"
 #include "verbs/log.h"
@@ -93,6 +94,9 @@ void discover_devices() {
 __attribute__((constructor)) void register_driver() {
     set_device_discovery(discover_devices);
     verbs_register_driver_34(&device_ops());
+    // QPs connected by ibv_modify_qp get their streams from connection
+    // management's rendezvous.
+    install_qp_connector(&cm::rendezvous_connector());
 }
 
 }  // namespace

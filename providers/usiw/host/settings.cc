@@ -73,6 +73,15 @@ constexpr Setting kAll[] = {
     {"USIW_MPA_REQUEST_TIMEOUT_MS", "milliseconds, 1 to 999999999", "5000",
      "responder: time from TCP accept to the MPA request; then the connection is dropped",
      Scope::kPerDevice},
+    {"USIW_RDV_PORT", "TCP port, 0 to 65535; 0 turns it off", "4791",
+     "QPs connected by ibv_modify_qp (perftest without -R, ibv_rc_pingpong): the port of the "
+     "rendezvous listener, one per host, network namespace and user, shared by the processes "
+     "that use it; both ends must use the same",
+     Scope::kPerDevice},
+    {"USIW_RDV_TIMEOUT_MIN_MS", "milliseconds, 1 to 999999999", "10000",
+     "the least time a QP connected by ibv_modify_qp waits for its peer from RTR; longer when "
+     "4.096 us * 2^timeout * (retry_cnt + 1) says so; then the QP goes to ERR",
+     Scope::kPerDevice},
     // --- the links files ---
     {"USIW_CONFIG_DIR", "a directory", "$XDG_CONFIG_HOME/usiw, else $HOME/.config/usiw",
      "the directory of the user links file", Scope::kLinks},
@@ -106,6 +115,7 @@ constexpr const Setting& kMpaRtr = entry("USIW_MPA_RTR");
 constexpr const Setting& kMpaGso = entry("USIW_MPA_GSO");
 constexpr const Setting& kMpaReplyTimeout = entry("USIW_MPA_REPLY_TIMEOUT_MS");
 constexpr const Setting& kMpaRequestTimeout = entry("USIW_MPA_REQUEST_TIMEOUT_MS");
+constexpr const Setting& kRdvPort = entry("USIW_RDV_PORT");
 constexpr const Setting& kConfigDir = entry("USIW_CONFIG_DIR");
 constexpr const Setting& kSystemConfigDir = entry("USIW_SYSTEM_CONFIG_DIR");
 constexpr const Setting& kProviderLib = entry("USIW_PROVIDER_LIB");
@@ -181,6 +191,18 @@ std::optional<int> parse_ms(std::string_view v) {
     return n > 0 ? std::optional<int>(n) : std::nullopt;
 }
 
+std::optional<uint16_t> parse_port(std::string_view v) {
+    if (v.empty() || v.size() > 5)
+        return std::nullopt;
+    unsigned n = 0;
+    for (char c : v) {
+        if (c < '0' || c > '9')
+            return std::nullopt;
+        n = n * 10 + static_cast<unsigned>(c - '0');
+    }
+    return n <= 65535 ? std::optional<uint16_t>(static_cast<uint16_t>(n)) : std::nullopt;
+}
+
 std::optional<uint8_t> parse_rtr(std::string_view v) {
     if (v == "none" || v == "off" || v == "0")
         return uint8_t{wire::kRtrNone};
@@ -219,11 +241,18 @@ bool apply(MpaPolicy* p, const Setting& s, std::string_view value) {
         if (!r)
             return false;
         p->rtr = *r;
+    } else if (&s == &kRdvPort) {
+        const auto port = parse_port(value);
+        if (!port)
+            return false;
+        p->rdv_port = *port;
     } else {
         const auto ms = parse_ms(value);
         if (!ms)
             return false;
-        (&s == &kMpaReplyTimeout ? p->reply_timeout_ms : p->request_timeout_ms) = *ms;
+        (&s == &kMpaReplyTimeout     ? p->reply_timeout_ms
+         : &s == &kMpaRequestTimeout ? p->request_timeout_ms
+                                     : p->rdv_timeout_min_ms) = *ms;
     }
     return true;
 }

@@ -72,7 +72,8 @@ LogLevel log_level();
 
 // The USIW_MPA_* knobs for one usiw device: what Linux siw has as module
 // parameters (mpa_version, mpa_crc_required, mpa_crc_strict,
-// mpa_peer_to_peer, try_gso), plus the RTR types and the timeouts.
+// mpa_peer_to_peer, try_gso), plus the RTR types, the timeouts and the
+// rendezvous of QPs connected by ibv_modify_qp.
 struct MpaPolicy {
     uint8_t revision = 2;       // 2: RFC 6581 enhanced setup with the IRD/ORD block; or 1
     bool crc_required = false;  // ask for CRC (and turn it on as responder)
@@ -86,6 +87,11 @@ struct MpaPolicy {
     bool gso_hint = true;           // set siw's GSO hint: FPDUs up to 64 KiB if both set it
     int reply_timeout_ms = 10000;   // initiator: connect() to MPA reply
     int request_timeout_ms = 5000;  // responder: accept() to MPA request
+    // QPs connected by ibv_modify_qp (cm/rendezvous.h): the TCP port of the
+    // rendezvous listener (0: off; IANA's RoCEv2 number, here over TCP),
+    // and the least time a QP waits for its peer.
+    uint16_t rdv_port = 4791;
+    int rdv_timeout_min_ms = 10000;
 };
 
 // The policy for connections on the usiw device named `device`: the

@@ -166,6 +166,10 @@ struct Qp {
     // Attributes with no iWARP meaning, kept so ibv_query_qp returns what
     // the application (or rdma_cm) set: IB timers, PSNs, path and peer.
     ibv_qp_attr ib_attrs{};
+    // Moved to RTR with an address vector and the peer's QP number: the
+    // rendezvous connects it (verbs/qp_connector.h), and modify_qp checks
+    // it as the kernel checks an RC QP (verbs/qp_transitions.h). Until RESET.
+    bool peer_named = false;
 
     // The connected TCP stream, once attached (datapath/). Set and cleared
     // under state_mutex; poll_cq reads it without, under the CQ's qps_mutex.
@@ -200,7 +204,6 @@ struct Context {
     uint32_t qp_count = 0;
     uint32_t srq_count = 0;
     uint32_t mr_count = 0;
-    uint32_t next_qp_num = 1;
     std::unordered_map<uint32_t, Qp*> qps;  // by QP number
 
     ibv_context* ibv() { return &shell->vctx.context; }

@@ -11,7 +11,10 @@
 #include "datapath/attach.h"
 #include "datapath/completion.h"
 #include "datapath/datapath.h"
+#include "host/qpn_allocator.h"
 #include "verbs/log.h"
+#include "verbs/qp_connector.h"
+#include "verbs/qp_transitions.h"
 #include "verbs/verbs.h"
 
 namespace usiw {
@@ -46,8 +49,9 @@ int validate_caps(const ibv_qp_cap& cap, bool has_srq) {
     return 0;
 }
 
-// Which state changes an application may ask for. RTS needs a connected
-// stream, which only connection management establishes.
+// Which state changes an application may ask for of a QP rdma_cm connects.
+// RTS needs a connected stream, which only connection management
+// establishes.
 int check_transition(const Qp* qp, ibv_qp_state to) {
     const ibv_qp_state from = qp->state;
     switch (to) {
@@ -73,6 +77,26 @@ int check_transition(const Qp* qp, ibv_qp_state to) {
         default:
             return EINVAL;  // SQD, SQE: no iWARP meaning without a connection
     }
+}
+
+// A QP connected by ibv_modify_qp, or being moved to RTR with its peer
+// named: the kernel's rules for an RC QP, and a peer the connector can
+// reach. Work may be posted at RTS before the stream is up.
+int check_peer_transition(const Qp* qp, const ibv_qp_attr& attr, int mask) {
+    const ibv_qp_state from = qp->state;
+    const ibv_qp_state to = (mask & IBV_QP_STATE) ? attr.qp_state : from;
+    if (!rc_modify_is_ok(from, to, mask)) {
+        log_debug("QP %u: modify from state %d to %d with attribute mask 0x%x breaks the RC rules",
+                  qp->vqp.qp.qp_num, from, to, mask);
+        return EINVAL;
+    }
+    if (to == IBV_QPS_SQD)
+        return EINVAL;  // no SQ drain in iWARP
+    if (from == IBV_QPS_INIT && to == IBV_QPS_RTR) {
+        QpConnector* connector = qp_connector();
+        return connector ? connector->check_peer(qp, attr) : EOPNOTSUPP;
+    }
+    return 0;
 }
 
 void discard_queues(Qp* qp) {
@@ -138,7 +162,12 @@ ibv_qp* create_qp_common(ibv_pd* ibpd, ibv_qp_init_attr_ex* attr) {
             return nullptr;
         }
         ++ctx->qp_count;
-        qp_num = ctx->next_qp_num++ & 0xffffff;
+        // Unique among the user's processes on this host, so that the
+        // rendezvous finds a QP by its number (host/qpn_allocator.h).
+        do {
+            qp_num = allocate_qpn();
+        } while (ctx->qps.contains(qp_num));
+        ctx->qps[qp_num] = nullptr;  // reserved until the QP is built
     }
     const DomainUse domain = use_domain(ibpd);
     auto* qp = new (std::nothrow) Qp;
@@ -151,6 +180,7 @@ ibv_qp* create_qp_common(ibv_pd* ibpd, ibv_qp_init_attr_ex* attr) {
     if (!qp) {
         release_domain(ibpd);
         std::lock_guard lock(ctx->objects_mutex);
+        ctx->qps.erase(qp_num);
         --ctx->qp_count;
         errno = ENOMEM;
         return nullptr;
@@ -197,6 +227,8 @@ ibv_qp* create_qp_common(ibv_pd* ibpd, ibv_qp_init_attr_ex* attr) {
         ctx->qps[qp_num] = qp;
     }
     attach_to_cqs(qp);
+    if (QpConnector* connector = qp_connector())
+        connector->qp_created(qp);
     return &q;
 }
 
@@ -248,6 +280,8 @@ ibv_qp* create_qp_ex(ibv_context* ibctx, ibv_qp_init_attr_ex* attr) {
 int destroy_qp(ibv_qp* ibqp) {
     Qp* qp = to_qp(ibqp);
     Context* ctx = qp->context;
+    if (QpConnector* connector = qp_connector())
+        connector->qp_destroying(qp);
     detach_from_cqs(qp);  // no poll_cq reaches the stream after this
     qp_stream_destroy(qp);
     release(qp);
@@ -264,11 +298,11 @@ int destroy_qp(ibv_qp* ibqp) {
     return 0;
 }
 
-int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
-    Qp* qp = to_qp(ibqp);
-    if (mask & ~kSupportedQpAttrs)
-        return EINVAL;
-    std::lock_guard lock(qp->state_mutex);
+namespace {
+
+// modify_qp under the QP's state_mutex. `*notify`: the connector must hear
+// of the change.
+int modify_locked(Qp* qp, const ibv_qp_attr* attr, int mask, bool* notify) {
     if ((mask & IBV_QP_CUR_STATE) && attr->cur_qp_state != qp->state)
         return EINVAL;
     if ((mask & IBV_QP_PORT) && attr->port_num != 1)
@@ -281,7 +315,13 @@ int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
         return EINVAL;
     if (mask & IBV_QP_CAP)
         return EINVAL;  // queues are not resized after creation
-    if (mask & IBV_QP_STATE) {
+    const bool names_peer = (mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RTR &&
+                            (mask & (IBV_QP_AV | IBV_QP_DEST_QPN));
+    if (qp->peer_named || names_peer) {
+        if (int err = check_peer_transition(qp, *attr, mask))
+            return err;
+        *notify = (mask & (IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT)) != 0;
+    } else if (mask & IBV_QP_STATE) {
         if (int err = check_transition(qp, attr->qp_state))
             return err;
     }
@@ -326,13 +366,34 @@ int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
             qp_stream_reset(qp);  // the connection ends; the QP may take a new one
             discard_queues(qp);
             qp->state = IBV_QPS_RESET;
+            qp->peer_named = false;
             break;
         default:
             if (qp->state != IBV_QPS_RTS)  // see check_transition: RTS stays RTS
                 qp->state = attr->qp_state;
             break;
     }
+    if (names_peer)
+        qp->peer_named = true;
     return 0;
+}
+
+}  // namespace
+
+int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
+    Qp* qp = to_qp(ibqp);
+    if (mask & ~kSupportedQpAttrs)
+        return EINVAL;
+    bool notify = false;
+    int err;
+    {
+        std::lock_guard lock(qp->state_mutex);
+        err = modify_locked(qp, attr, mask, &notify);
+    }
+    // Outside the QP's lock: the connector takes its own locks first.
+    if (err == 0 && notify)
+        qp_connector()->qp_modified(qp);
+    return err;
 }
 
 Qp* find_qp(Context* ctx, uint32_t qp_num) {
@@ -467,6 +528,16 @@ class PostingState {
     bool lock_free_ = false;
 };
 
+// Whether work may be posted to the send queue of `qp`, seen in `state`.
+// A QP connected by ibv_modify_qp also sends from RTR: its stream runs both
+// ways (on iWARP, perftest's ib_send_bw server posts its receive credits,
+// RDMA Writes, without ever moving to RTS). peer_named changes only under
+// state_mutex, which PostingState holds in every state but RTS.
+bool may_post_send(const Qp* qp, ibv_qp_state state) {
+    return state == IBV_QPS_RTS || state == IBV_QPS_ERR ||
+           (state == IBV_QPS_RTR && qp->peer_named);
+}
+
 void flush_send(Qp* qp, const SendWqe& wqe) {
     complete_send_wqe(qp, wqe.wr_id, wqe.opcode, IBV_WC_WR_FLUSH_ERR, 0);
 }
@@ -503,7 +574,7 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
         const PostingState posting(qp, {IBV_QPS_RTS});
         lock_free = posting.lock_free();
         const ibv_qp_state state = posting.state();
-        if (state != IBV_QPS_RTS && state != IBV_QPS_ERR) {
+        if (!may_post_send(qp, state)) {
             *bad_wr = wr;
             return EINVAL;
         }
@@ -539,7 +610,7 @@ int post_built_sends(Qp* qp, size_t tail, size_t n) {
         const PostingState posting(qp, {IBV_QPS_RTS});
         lock_free = posting.lock_free();
         const ibv_qp_state state = posting.state();
-        if (state != IBV_QPS_RTS && state != IBV_QPS_ERR)
+        if (!may_post_send(qp, state))
             return EINVAL;
         std::lock_guard lock(qp->sq_mutex);
         // Only a post_send inside the ibv_wr_* section, which the verbs
