@@ -65,6 +65,18 @@ RUN=(
     test_qp.QPTest.test_create_rc_qp_no_attr
     test_qp.QPTest.test_create_rc_qp_ex_no_attr
     test_fork.ForkAPITest.test_is_fork_initialized
+    # RC traffic between QPs connected by ibv_modify_qp (the rendezvous)
+    test_cqex.CqExTestCase.test_rc_traffic_cq_ex
+    test_qpex.QpExTestCase.test_qp_ex_rc_send
+    test_qpex.QpExTestCase.test_qp_ex_rc_rdma_read
+    test_qpex.QpExTestCase.test_qp_ex_rc_rdma_read_zero_size
+    test_qpex.QpExTestCase.test_qp_ex_rc_rdma_write_zero_length
+    test_cq_events.CqEventsTestCase.test_cq_events_rc
+    test_parent_domain.ParentDomainTrafficTest.test_without_allocators_rc_traffic
+    test_parent_domain.ParentDomainTrafficTest.test_default_allocators_rc_traffic
+    test_parent_domain.ParentDomainTrafficTest.test_mem_align_rc_traffic
+    test_parent_domain.ParentDomainTrafficTest.test_mem_align_srq_excq_rc_traffic
+    test_relaxed_ordering.RoTestCase.test_ro_rc_traffic
 )
 
 # Run as root only, in a private mount namespace (the rdma_cm section).
@@ -75,30 +87,14 @@ RDMACM_RUN=(
     test_rdmacm.CMTestCase.test_rdmacm_async_reject_traffic
 )
 
-# "NAME|why it fails". Move a test to RUN once it passes. The traffic tests
-# below connect two RC QPs the InfiniBand way: ibv_modify_qp to RTR with an
-# address vector (the peer's GID and QP number), then RTS. They wait for
-# usiw's rendezvous (issue 15); each has been seen to pass with a
-# same-process stand-in for it, so only the connection is missing.
-RDV="connects RC QPs by ibv_modify_qp with a GID: waits for the rendezvous (issue 15)"
+# "NAME|why it fails". Move a test to RUN once it passes.
 KNOWN_BUGS=(
-    "test_cqex.CqExTestCase.test_rc_traffic_cq_ex|$RDV"
-    "test_qpex.QpExTestCase.test_qp_ex_rc_send|$RDV"
-    "test_qpex.QpExTestCase.test_qp_ex_rc_rdma_read|$RDV"
-    "test_qpex.QpExTestCase.test_qp_ex_rc_rdma_read_zero_size|$RDV"
-    "test_qpex.QpExTestCase.test_qp_ex_rc_rdma_write_zero_length|$RDV"
-    "test_cq_events.CqEventsTestCase.test_cq_events_rc|$RDV"
-    "test_parent_domain.ParentDomainTrafficTest.test_without_allocators_rc_traffic|$RDV"
-    "test_parent_domain.ParentDomainTrafficTest.test_default_allocators_rc_traffic|$RDV"
-    "test_parent_domain.ParentDomainTrafficTest.test_mem_align_rc_traffic|$RDV"
-    "test_parent_domain.ParentDomainTrafficTest.test_mem_align_srq_excq_rc_traffic|$RDV"
-    "test_parent_domain.ParentDomainTrafficTest.test_huge_page_traffic|$RDV; and 2 MiB huge pages, which this script reserves as root (when it moves, it belongs in RUN_WITH_HUGE_PAGES)"
-    "test_relaxed_ordering.RoTestCase.test_ro_rc_traffic|$RDV"
 )
 
 # Like RUN, but run only when 2 MiB huge pages could be reserved (as root);
 # otherwise reported as skipped.
 RUN_WITH_HUGE_PAGES=(
+    test_parent_domain.ParentDomainTrafficTest.test_huge_page_traffic
 )
 
 # "NAME|reason": NAME is a test, or a Module.Class meaning all its tests.

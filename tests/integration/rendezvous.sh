@@ -19,7 +19,7 @@
 # Prints one line per check and "N passed, M failed, K skipped" at the end.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/../../scripts/lib/listen.sh"
+. "$here/../../scripts/lib/usiw.sh"
 . "$here/../../scripts/lib/wire_check.sh"
 
 USIW=${1:?usage: rendezvous.sh PATH/TO/usiw PATH/TO/rdv_verbs [loopback|netns|all]}
@@ -28,10 +28,6 @@ WHERE=${3:-all}
 WORK=$(mktemp -d /tmp/usiw-rendezvous.XXXXXX)
 NS_A=usiw-ra-$$
 NS_B=usiw-rb-$$
-passed=0
-failed=0
-skipped=0
-
 cleanup() {
     jobs -p | xargs -r kill -9 2>/dev/null
     ip netns del "$NS_A" 2>/dev/null
@@ -39,10 +35,6 @@ cleanup() {
     rm -rf "$WORK"
 }
 trap cleanup EXIT
-
-ok() { echo "PASS: $1"; passed=$((passed + 1)); }
-bad() { echo "FAIL: $1"; failed=$((failed + 1)); }
-skip() { echo "SKIP: $1"; skipped=$((skipped + 1)); }
 
 mkdir -p "$WORK/lo" "$WORK/a" "$WORK/b"
 echo "usiw0 netdev va" >"$WORK/a/links"
@@ -90,7 +82,7 @@ pair() {
     local file=$WORK/${name//[^A-Za-z0-9_.-]/_}
     run "$sconf" "$snet" -- server -p "$port" "${sargs[@]}" >"$file.server" 2>&1 &
     local spid=$!
-    if ! wait_listen "$snet" 20 "$port"; then
+    if ! wait_listen "$snet" 60 "$port"; then
         bad "$name: the server never listened on $port"
         kill "$spid" 2>/dev/null
         tail -n 5 "$file.server" | sed 's/^/    server: /'
@@ -206,7 +198,7 @@ if [ "$WHERE" = loopback ] || [ "$WHERE" = all ]; then
     if start_holder "$WORK/lo" ""; then
         run "$WORK/lo" "" -- server -p 18608 -q 2 >"$WORK/takeover.server" 2>&1 &
         spid=$!
-        if wait_listen "" 20 18608; then
+        if wait_listen "" 60 18608; then
             kill -9 "$HOLD_PID"
             wait "$HOLD_PID" 2>/dev/null
             exec 7>&-

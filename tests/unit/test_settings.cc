@@ -67,6 +67,8 @@ void test_registry_lists_every_setting(void**) {
         "USIW_MPA_GSO",
         "USIW_MPA_REPLY_TIMEOUT_MS",
         "USIW_MPA_REQUEST_TIMEOUT_MS",
+        "USIW_RDV_PORT",
+        "USIW_RDV_TIMEOUT_MIN_MS",
         "USIW_CONFIG_DIR",
         "USIW_SYSTEM_CONFIG_DIR",
         "USIW_PROVIDER_LIB",
