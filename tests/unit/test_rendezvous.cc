@@ -11,9 +11,9 @@
 #include <cstring>
 #include <vector>
 
-#include "host/settings.h"
 #include "cm/negotiation.h"
 #include "cm/rendezvous_rules.h"
+#include "host/settings.h"
 #include "wire/mpa.h"
 
 // cmocka last: it defines macros that clash with the standard library.
@@ -293,7 +293,7 @@ void test_knobs(void**) {
     assert_int_equal(any.rdv_port, 5000);
     assert_int_equal(any.rdv_timeout_min_ms, 10000);
     assert_int_equal(usiw::settings::mpa_policy("usiw1").rdv_timeout_min_ms, 250);
-    assert_int_equal(usiw::settings::mpa_policy("usiw2").rdv_port, 0);     // off on usiw2
+    assert_int_equal(usiw::settings::mpa_policy("usiw2").rdv_port, 0);  // off on usiw2
     // 70000 is no port: ignored
     assert_int_equal(usiw::settings::mpa_policy("usiw3").rdv_port, 5000);
     bool documented = false;

@@ -23,15 +23,15 @@
 #include <vector>
 
 #include "cm/address.h"
-#include "host/settings.h"
 #include "cm/mpa_io.h"
 #include "cm/negotiation.h"
 #include "cm/rendezvous_broker.h"
 #include "cm/rendezvous_rules.h"
-#include "host/qpn_allocator.h"
-#include "verbs/log.h"
 #include "datapath/attach.h"
 #include "datapath/completion.h"
+#include "host/qpn_allocator.h"
+#include "host/settings.h"
+#include "verbs/log.h"
 #include "verbs/verbs.h"
 
 namespace usiw::cm {

@@ -19,9 +19,9 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "host/settings.h"
 #include "cm/mpa_io.h"
 #include "cm/negotiation.h"
+#include "host/settings.h"
 #include "verbs/device.h"
 #include "verbs/log.h"
 

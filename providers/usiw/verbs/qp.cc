@@ -534,8 +534,7 @@ class PostingState {
 // RDMA Writes, without ever moving to RTS). peer_named changes only under
 // state_mutex, which PostingState holds in every state but RTS.
 bool may_post_send(const Qp* qp, ibv_qp_state state) {
-    return state == IBV_QPS_RTS || state == IBV_QPS_ERR ||
-           (state == IBV_QPS_RTR && qp->peer_named);
+    return state == IBV_QPS_RTS || state == IBV_QPS_ERR || (state == IBV_QPS_RTR && qp->peer_named);
 }
 
 void flush_send(Qp* qp, const SendWqe& wqe) {
