@@ -32,6 +32,8 @@ constexpr StatField kFields[] = {
     {"terminates_sent", &DeviceStats::terminates_sent, "TERMINATE messages sent"},
     {"terminates_received", &DeviceStats::terminates_received, "TERMINATE messages received"},
     {"crc_errors", &DeviceStats::crc_errors, "FPDUs with a bad CRC32c"},
+    {"placement_faults", &DeviceStats::placement_faults,
+     "inbound payloads refused because their registered memory was no longer mapped"},
     {"progress_in_poll", &DeviceStats::progress_in_poll,
      "socket events handled in the application's busy-polling poll_cq"},
     {"progress_in_engine", &DeviceStats::progress_in_engine,
