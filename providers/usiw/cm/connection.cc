@@ -447,6 +447,7 @@ void Connection::read_request() {
 }
 
 void Connection::refuse_request(const char* why) {
+    count(device_->device->stats->cm_refused);
     log_debug("rdma_cm: rejecting MPA request from %s: %s", peer_name(fd_.get()).c_str(), why);
     out_ = PendingWrite(reject_frame(request_, policy_.gso_hint, {}));
     enter(ConnState::kSendingReject);
@@ -470,6 +471,7 @@ void Connection::send_reject() {
 }
 
 void Connection::drop(const char* why) {
+    count(device_->device->stats->cm_dropped);
     log_debug("rdma_cm: dropping connection from %s: %s", peer_name(fd_.get()).c_str(), why);
     finish();
 }

@@ -35,6 +35,8 @@ struct DeviceStats {
     std::atomic<uint64_t> terminates_received{0};
     std::atomic<uint64_t> crc_errors{0};
     std::atomic<uint64_t> placement_faults{0};
+    std::atomic<uint64_t> cm_refused{0};
+    std::atomic<uint64_t> cm_dropped{0};
     std::atomic<uint64_t> progress_in_poll{0};
     std::atomic<uint64_t> progress_in_engine{0};
 };
