@@ -2397,6 +2397,54 @@ void test_raw_read_response_into_unmapped(void**) {
     }
 }
 
+// A Read Request for registered pages the application unmapped. With CRC
+// the Read Response's CRC is computed over the source by usiw: it reads
+// the source through the kernel, and a fault is a TERMINATE (RDMAP invalid
+// STag: the region's memory is gone). Without CRC only sendmsg reads it
+// and fails with EFAULT mid-batch: the connection ends without a
+// TERMINATE (one could not be framed behind a partial FPDU). Either way
+// the process lives, no byte of a Read Response reaches the peer, and the
+// QP is in error.
+void test_raw_read_request_from_unmapped(void**) {
+    for (bool crc : {false, true}) {
+        where("raw: Read Request from unmapped registered pages, crc=%d", crc);
+        const uint64_t faults = placement_faults();
+        Pair other = new_pair(Framing{crc, 65536});
+        RawTarget t = raw_target(crc, 2);
+        UnmappedMr u = unmapped_mr(t.h);
+        wire::ReadRequestFields r;
+        r.sink_stag = 0x4321;
+        r.sink_to = 0;
+        r.read_size = 3000;
+        r.source_stag = u.mr->rkey;
+        r.source_to = u.hole(16);
+        raw_write_all(t.raw, fpdu_read_request(1, r, crc));
+        const RawReply reply = raw_read_reply(t.raw, crc);
+        EXPECT(reply.eof, "usiw did not close the connection within %d ms", kTimeoutMs);
+        for (const RxFpdu& f : reply.fpdus)
+            EXPECT(f.h.opcode != wire::Opcode::kReadResponse,
+                   "a Read Response of %zu bytes came from unmapped memory", f.payload.size());
+        if (crc) {
+            EXPECT(reply.clean, "usiw's reply (%zu bytes) does not deframe: %s", reply.bytes,
+                   reply.fault.c_str());
+            EXPECT(reply.fpdus.size() == 1, "usiw sent %zu FPDUs, expected one TERMINATE",
+                   reply.fpdus.size());
+            TermExpect e;
+            e.cause = term::kInvalidStag;
+            e.lenient_flags = true;
+            expect_terminate(reply.fpdus.back(), e);
+            EXPECT(placement_faults() == faults + 1,
+                   "placement_faults went from %" PRIu64 " to %" PRIu64 ", expected one more",
+                   faults, placement_faults());
+        }
+        expect_state(t.qp, IBV_QPS_ERR, "usiw QP");
+        expect_recvs_flushed(t, 0);
+        expect_pair_works(other, 236);
+        release(u);
+        release_all();
+    }
+}
+
 // The progress engine's thread and its scheduling policy (see
 // datapath/engine_scheduling.h): -1 if there is no such thread.
 int engine_thread_policy() {
@@ -2533,6 +2581,7 @@ int main(int argc, char** argv) {
         T(test_raw_write_into_unmapped),
         T(test_raw_send_into_unmapped),
         T(test_raw_read_response_into_unmapped),
+        T(test_raw_read_request_from_unmapped),
     };
     // The engine thread's policy is the process's history: every earlier
     // test that starved the engine switched it to SCHED_OTHER, and each

@@ -33,7 +33,7 @@ constexpr StatField kFields[] = {
     {"terminates_received", &DeviceStats::terminates_received, "TERMINATE messages received"},
     {"crc_errors", &DeviceStats::crc_errors, "FPDUs with a bad CRC32c"},
     {"placement_faults", &DeviceStats::placement_faults,
-     "inbound payloads refused because their registered memory was no longer mapped"},
+     "peer accesses refused because the registered memory was no longer mapped"},
     {"cm_refused", &DeviceStats::cm_refused,
      "MPA requests answered with a reject (markers, CRC or revision the policy refuses)"},
     {"cm_dropped", &DeviceStats::cm_dropped,
