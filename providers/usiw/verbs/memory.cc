@@ -10,25 +10,26 @@ namespace usiw {
 
 namespace {
 
-// MW_BIND is accepted as the kernel accepts it, though usiw has no memory
-// windows yet (ibv_alloc_mw answers EOPNOTSUPP).
-constexpr unsigned kSupportedAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                                      IBV_ACCESS_REMOTE_READ | IBV_ACCESS_MW_BIND |
-                                      IBV_ACCESS_RELAXED_ORDERING;
+// The access flags as Linux 6.1's ib_check_mr_access takes them, and with
+// its errno: remote write or remote atomic without local write is EINVAL;
+// a flag outside bits 0-7 (local write .. HUGETLB) and the optional range
+// (bits 20-29: relaxed ordering and its successors, which a provider may
+// ignore) is EINVAL; on-demand paging, which usiw does not offer, is
+// EOPNOTSUPP. Everything else is accepted: REMOTE_ATOMIC (RFC 7306
+// atomics, checked on every inbound Atomic Request), MW_BIND (usiw has no
+// memory windows yet: ibv_alloc_mw answers EOPNOTSUPP), ZERO_BASED and
+// HUGETLB (hints with no effect here, as in kernel providers: the region's
+// tagged offsets come from the IOVA the call gives).
+constexpr unsigned kKernelAccessFlags = (IBV_ACCESS_HUGETLB << 1) - 1;
 
-// The verbs rules for access flags, in the kernel's order: remote write and
-// atomics need local write; the optional range (bits 20-29: relaxed
-// ordering and its successors) may be ignored; other flags usiw does not
-// implement are refused.
 int validate_access(int access) {
-    const auto a =
-        static_cast<unsigned>(access) & ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE);
+    const auto a = static_cast<unsigned>(access);
     if ((a & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(a & IBV_ACCESS_LOCAL_WRITE))
         return EINVAL;
-    if (a & (IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_ON_DEMAND))
-        return EOPNOTSUPP;
-    if (a & ~kSupportedAccess)
+    if (a & ~(kKernelAccessFlags | static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE)))
         return EINVAL;
+    if (a & IBV_ACCESS_ON_DEMAND)
+        return EOPNOTSUPP;
     return 0;
 }
 
