@@ -496,6 +496,27 @@ bool decode_terminate_payload(const TerminateFields& fields, std::span<const std
     return true;
 }
 
+uint64_t atomic_result(const AtomicRequestFields& a, uint64_t original) noexcept {
+    if (a.op == AtomicOp::kCompareSwap) {
+        if (((original ^ a.compare) & a.compare_mask) != 0)
+            return original;
+        return (original & ~a.add_or_swap_mask) | (a.add_or_swap & a.add_or_swap_mask);
+    }
+    // Each field ends at a bit set in the mask (and at bit 63): add field by
+    // field, dropping each field's carry out.
+    uint64_t result = 0;
+    unsigned low = 0;
+    for (unsigned bit = 0; bit < 64; ++bit) {
+        if (bit != 63 && !(a.add_or_swap_mask & (uint64_t{1} << bit)))
+            continue;
+        const uint64_t field =
+            bit == 63 ? ~uint64_t{0} << low : ((uint64_t{2} << bit) - 1) & (~uint64_t{0} << low);
+        result |= ((original & field) + (a.add_or_swap & field)) & field;
+        low = bit + 1;
+    }
+    return result;
+}
+
 const char* stag_error_message(StagError error) noexcept {
     switch (error) {
         case StagError::kNone:
@@ -515,6 +536,8 @@ const char* stag_error_message(StagError error) noexcept {
 }
 
 TermCause stag_error_cause(StagError error, StagUse use) noexcept {
+    // An Atomic Request's target is an untagged message's STag, checked by
+    // RDMAP as a Read Request's source is (use != kTaggedSink).
     const bool tagged = use == StagUse::kTaggedSink;
     switch (error) {
         case StagError::kInvalidStag:

@@ -178,6 +178,38 @@ struct AtomicResponseFields {
     uint64_t original_value = 0;
 };
 
+// RFC 7306 leaves the 8 bytes of Immediate Data to the ULP. usiw's verbs
+// layer puts the verbs immediate value (32 bits) in the first 4 (so the
+// wire shows it in network order, as InfiniBand's ImmDt does) and, in the
+// last 4 (big-endian), the part the message plays in a verbs operation. A
+// role usiw does not know is read as kAlone.
+enum class ImmediateRole : uint32_t {
+    kAlone = 0,       // SEND_WITH_IMM without payload: completes a receive by itself
+    kAfterWrite = 1,  // ends RDMA_WRITE_WITH_IMM: completes a receive for the Write before it
+    kBeforeSend = 2,  // SEND_WITH_IMM with payload: the value of the Send that follows
+};
+
+constexpr uint64_t pack_immediate(uint32_t value, ImmediateRole role) noexcept {
+    return (uint64_t{value} << 32) | static_cast<uint32_t>(role);
+}
+constexpr uint32_t immediate_value(uint64_t immediate) noexcept {
+    return static_cast<uint32_t>(immediate >> 32);
+}
+constexpr ImmediateRole immediate_role(uint64_t immediate) noexcept {
+    const auto role = static_cast<uint32_t>(immediate);
+    return role == static_cast<uint32_t>(ImmediateRole::kAfterWrite) ||
+                   role == static_cast<uint32_t>(ImmediateRole::kBeforeSend)
+               ? static_cast<ImmediateRole>(role)
+               : ImmediateRole::kAlone;
+}
+
+// What an RFC 7306 atomic operation does to the 64-bit target `original`
+// (RFC 7306 section 5.1): the value left in memory. FetchAdd adds, with
+// no carry out of a bit set in the Add Mask (all zero: a plain 64-bit add);
+// CmpSwap swaps the bits of the Swap Mask in when the bits of the Compare
+// Mask match (all ones: a plain compare and swap).
+uint64_t atomic_result(const AtomicRequestFields& request, uint64_t original) noexcept;
+
 // The Terminate control word. `headers` flags say which parts of the
 // terminated FPDU the Terminate carries as its payload, in wire order.
 struct TerminateFields {
@@ -332,7 +364,8 @@ const char* stag_error_message(StagError error) noexcept;
 // Whose STag an access named: the sink of a tagged DDP segment (RDMA Write,
 // Read Response), checked by DDP; or the data source of a Read Request,
 // checked by RDMAP.
-enum class StagUse : uint8_t { kTaggedSink, kReadSource };
+// Or the target of an Atomic Request (RFC 7306), also checked by RDMAP.
+enum class StagUse : uint8_t { kTaggedSink, kReadSource, kAtomicTarget };
 
 // The Terminate cause for a failed STag check: a DDP tagged buffer error
 // for a tagged segment's sink (except access rights, for which DDP has no
