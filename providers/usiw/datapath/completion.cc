@@ -67,6 +67,10 @@ ibv_wc_opcode wc_opcode_for(ibv_wr_opcode op) {
             return IBV_WC_RDMA_READ;
         case IBV_WR_LOCAL_INV:
             return IBV_WC_LOCAL_INV;
+        case IBV_WR_ATOMIC_CMP_AND_SWP:
+            return IBV_WC_COMP_SWAP;
+        case IBV_WR_ATOMIC_FETCH_AND_ADD:
+            return IBV_WC_FETCH_ADD;
         default:
             return IBV_WC_SEND;
     }
@@ -106,16 +110,19 @@ void complete_send_wqe(Qp* qp, uint64_t wr_id, ibv_wr_opcode opcode, ibv_wc_stat
 }
 
 void complete_recv_wqe(Qp* qp, uint64_t wr_id, ibv_wc_status status, uint32_t byte_len,
-                       unsigned wc_flags, uint32_t invalidated_rkey, bool solicited) {
+                       unsigned wc_flags, uint32_t invalidated_rkey, bool solicited,
+                       ibv_wc_opcode opcode, uint32_t imm_data) {
     ibv_wc wc{};
     wc.wr_id = wr_id;
     wc.status = status;
-    wc.opcode = IBV_WC_RECV;
+    wc.opcode = opcode;
     wc.byte_len = byte_len;
     wc.qp_num = qp->vqp.qp.qp_num;
     wc.wc_flags = wc_flags;
     if (wc_flags & IBV_WC_WITH_INV)
         wc.invalidated_rkey = invalidated_rkey;
+    else if (wc_flags & IBV_WC_WITH_IMM)
+        wc.imm_data = imm_data;
     cq_push(qp->recv_cq, wc, solicited);
 }
 
@@ -128,7 +135,8 @@ void inflight_complete(Stream* s, std::span<const uint64_t> seqs, uint32_t byte_
         if (!w)
             continue;
         w->done = true;
-        if (w->opcode == IBV_WR_RDMA_READ)
+        if (w->opcode == IBV_WR_RDMA_READ || w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+            w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
             w->byte_len = byte_len;
     }
     deliver_in_order(s);
@@ -143,13 +151,14 @@ void inflight_mark_failed(Stream* s, uint64_t seq, ibv_wc_status status) {
 }
 
 void complete_current_recv(Stream* s, ibv_wc_status status, uint32_t byte_len, unsigned wc_flags,
-                           uint32_t invalidated_rkey, bool solicited) {
+                           uint32_t invalidated_rkey, bool solicited, ibv_wc_opcode opcode,
+                           uint32_t imm_data) {
     std::lock_guard lock(s->completion_mutex);
     if (!s->rx_have_wqe)
         return;
     s->rx_have_wqe = false;
     complete_recv_wqe(s->qp, s->rx_wqe.wr_id, status, byte_len, wc_flags, invalidated_rkey,
-                      solicited);
+                      solicited, opcode, imm_data);
 }
 
 void stream_flush(Stream* s, bool deliver, bool keep_inbound_reads) {

@@ -29,11 +29,14 @@ namespace usiw {
 // hardware. `opcode` is the work request's; the completion's follows from it.
 void complete_send_wqe(Qp* qp, uint64_t wr_id, ibv_wr_opcode opcode, ibv_wc_status status,
                        uint32_t byte_len);
+// A receive completes as IBV_WC_RECV, or as IBV_WC_RECV_RDMA_WITH_IMM for
+// an RDMA WRITE_WITH_IMM; `imm_data` (network order) with IBV_WC_WITH_IMM.
 void complete_recv_wqe(Qp* qp, uint64_t wr_id, ibv_wc_status status, uint32_t byte_len,
-                       unsigned wc_flags, uint32_t invalidated_rkey, bool solicited);
+                       unsigned wc_flags, uint32_t invalidated_rkey, bool solicited,
+                       ibv_wc_opcode opcode = IBV_WC_RECV, uint32_t imm_data = 0);
 
 // Send-queue work in flight on `s`. inflight_complete: the requests
-// numbered `seqs` are done (a READ's with `byte_len`); every completion now
+// numbered `seqs` are done (a READ's or an atomic's with `byte_len`); every completion now
 // in order is delivered. inflight_mark_failed: one request gets an error
 // status without ending anything (the stream's end delivers it in order).
 void inflight_complete(Stream* s, std::span<const uint64_t> seqs, uint32_t byte_len = 0);
@@ -42,7 +45,8 @@ void inflight_mark_failed(Stream* s, uint64_t seq, ibv_wc_status status);
 // The receive work request bound to the Send message being received
 // completes, unless the stream's end flushed it first.
 void complete_current_recv(Stream* s, ibv_wc_status status, uint32_t byte_len, unsigned wc_flags,
-                           uint32_t invalidated_rkey, bool solicited);
+                           uint32_t invalidated_rkey, bool solicited,
+                           ibv_wc_opcode opcode = IBV_WC_RECV, uint32_t imm_data = 0);
 
 // The stream has ended: what is in flight completes, finished work as done
 // and the rest flushed in posting order, and the receive bound to a Send

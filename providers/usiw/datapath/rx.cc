@@ -5,11 +5,13 @@
 // receive queue or its SRQ) into its destination, and completed
 // (completion.cc). Any violation sends TERMINATE (tx.cc) and ends the
 // stream, leaving local memory untouched.
+#include <arpa/inet.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -347,13 +349,19 @@ class Receiver {
                 return on_send(h);
             case Opcode::kReadRequest:
                 return on_read_request(h);
+            case Opcode::kImmediateData:
+            case Opcode::kImmediateDataSe:
+                return on_immediate(h);
+            case Opcode::kAtomicRequest:
+                return on_atomic_request(h);
+            case Opcode::kAtomicResponse:
+                return on_atomic_response(h);
             case Opcode::kTerminate:
                 s_->rx_dest = Stream::RxDest::kContiguous;
                 s_->rx_ptr = s_->terminate_payload.data();
                 return;
-            default:
-                return fault(term::kUnexpectedOpcode, "RDMAP message usiw does not support yet");
         }
+        fault(term::kUnexpectedOpcode, "undefined RDMAP opcode");
     }
 
     void on_write(const wire::SegmentHeader& h) {
@@ -378,7 +386,7 @@ class Receiver {
         bool outstanding = false;
         {
             std::lock_guard lock(s_->completion_mutex);
-            outstanding = !s_->orq.empty();
+            outstanding = !s_->orq.empty() && !s_->orq.front().atomic;
             if (outstanding)
                 r = s_->orq.front();
         }
@@ -485,6 +493,125 @@ class Receiver {
         want_transmit = true;
     }
 
+    // RFC 7306 Immediate Data (its 8 bytes as usiw's verbs use them:
+    // wire::ImmediateRole). It takes a receive and completes it at once,
+    // unless it announces the Send that follows, which then completes with
+    // its value.
+    void on_immediate(const wire::SegmentHeader& h) {
+        if (h.msn != s_->recv_msn)
+            return fault(term::kUntaggedMsnRange, "unexpected Immediate Data MSN");
+        count(stats_.immediate_data_received);
+        const wire::ImmediateRole role = wire::immediate_role(h.immediate);
+        const uint32_t value = htonl(wire::immediate_value(h.immediate));
+        if (s_->rx_imm_pending)
+            return fault(term::kUnexpectedOpcode,
+                         "Immediate Data where the Send it announced belongs");
+        if (role == wire::ImmediateRole::kBeforeSend) {
+            s_->rx_imm_pending = true;
+            s_->rx_imm = value;
+            ++s_->recv_msn;
+            return;
+        }
+        RecvWqe wqe;
+        if (!take_recv_wqe(&wqe))
+            return fault(term::kUntaggedNoBuffer, "Immediate Data arrived with no receive posted");
+        ++s_->recv_msn;
+        {
+            std::lock_guard lock(s_->completion_mutex);
+            s_->rx_wqe = wqe;
+            s_->rx_have_wqe = true;
+        }
+        // An RDMA WRITE_WITH_IMM's receive reports the Write's length, as
+        // the verbs define it.
+        const bool after_write = role == wire::ImmediateRole::kAfterWrite;
+        const uint32_t byte_len = after_write ? s_->rx_last_write_bytes : 0;
+        s_->rx_last_write_bytes = 0;
+        complete_current_recv(s_, IBV_WC_SUCCESS, byte_len, IBV_WC_WITH_IMM, 0,
+                              h.opcode == Opcode::kImmediateDataSe,
+                              after_write ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV, value);
+    }
+
+    // RFC 7306 Atomic Request: checked as a Read Request is (MSN on queue 1,
+    // the QP's and the region's REMOTE_ATOMIC rights, STag, PD and bounds,
+    // IRD, which atomics share with READs), and the target 8-byte aligned;
+    // then carried out at once, and its Atomic Response queued behind the
+    // Read Responses owed.
+    void on_atomic_request(const wire::SegmentHeader& h) {
+        const wire::AtomicRequestFields& a = h.atomic_request;
+        if (h.msn != s_->read_req_expected)
+            return fault(term::kUntaggedMsnRange, "unexpected Atomic Request MSN");
+        if (!(qp_->access_flags & IBV_ACCESS_REMOTE_ATOMIC))
+            return fault(term::kAccessRights, "Atomic Request to a QP without remote atomic access");
+        uintptr_t addr = 0;
+        const wire::StagError e = s_->context->stags.check(
+            a.remote_stag, qp_->pd, a.remote_to, sizeof(uint64_t), IBV_ACCESS_REMOTE_ATOMIC, &addr);
+        if (e != wire::StagError::kNone)
+            return fault(wire::stag_error_cause(e, wire::StagUse::kAtomicTarget),
+                         wire::stag_error_message(e));
+        if ((addr | a.remote_to) % sizeof(uint64_t) != 0)
+            return fault(term::kStreamCatastrophic, "Atomic Request target not 8-byte aligned");
+        bool over_ird = false;
+        {
+            std::lock_guard lock(s_->completion_mutex);
+            over_ird = s_->irq.size() >= std::max<uint16_t>(s_->params.ird, 1);
+            if (!over_ird) {
+                InboundRead r;
+                r.atomic = true;
+                r.request_id = a.request_id;
+                r.original = atomic_execute(reinterpret_cast<uint64_t*>(addr), a);
+                s_->irq.push_back(r);
+            }
+        }
+        if (over_ird)
+            return fault(term::kStreamCatastrophic, "more Atomic and Read Requests than the IRD");
+        count(stats_.atomics_served);
+        want_transmit = true;
+    }
+
+    // The 64-bit atomic itself, with the processor's atomic instructions on
+    // the aligned word: atomic against every other atomic from any QP, and
+    // against the application's own atomic instructions on that word. A
+    // compare that fails writes nothing.
+    static uint64_t atomic_execute(uint64_t* target, const wire::AtomicRequestFields& a) {
+        std::atomic_ref<uint64_t> word(*target);
+        uint64_t original = word.load();
+        for (;;) {
+            const uint64_t result = wire::atomic_result(a, original);
+            if (result == original || word.compare_exchange_weak(original, result))
+                return original;
+        }
+    }
+
+    // RFC 7306 Atomic Response: answers the atomic at the front of the
+    // outbound read queue (responses come in request order), whose local
+    // buffer takes the original value.
+    void on_atomic_response(const wire::SegmentHeader& h) {
+        if (h.msn != s_->atomic_resp_expected)
+            return fault(term::kUntaggedMsnRange, "unexpected Atomic Response MSN");
+        OutboundRead r;
+        bool outstanding = false;
+        {
+            std::lock_guard lock(s_->completion_mutex);
+            outstanding = !s_->orq.empty() && s_->orq.front().atomic;
+            if (outstanding)
+                r = s_->orq.front();
+        }
+        if (!outstanding)
+            return fault(term::kUnexpectedOpcode, "Atomic Response without an outstanding atomic");
+        if (h.atomic_response.request_id != r.request_id)
+            return fault(term::kOperationUnspecified, "Atomic Response to another request");
+        ++s_->atomic_resp_expected;
+        const uint64_t original = h.atomic_response.original_value;
+        std::memcpy(r.result, &original, sizeof original);
+        {
+            std::lock_guard lock(s_->completion_mutex);
+            s_->orq.pop_front();
+        }
+        const uint64_t seq = r.inflight_seq;
+        inflight_complete(s_, {&seq, 1}, sizeof original);
+        want_transmit = true;  // a fenced request or one held by ORD may go now
+    }
+
     void place(std::span<const std::byte> data, size_t offset) {
         switch (s_->rx_dest) {
             case Stream::RxDest::kContiguous:
@@ -523,7 +650,15 @@ class Receiver {
             case Opcode::kSendSeInvalidate:
                 return send_done(h);
             case Opcode::kReadRequest:
+            case Opcode::kAtomicRequest:
                 ++s_->read_req_expected;
+                return;
+            case Opcode::kRdmaWrite:
+                s_->rx_write_bytes += static_cast<uint32_t>(h.payload_size());
+                if (h.last) {
+                    s_->rx_last_write_bytes = s_->rx_write_bytes;
+                    s_->rx_write_bytes = 0;
+                }
                 return;
             case Opcode::kTerminate:
                 return terminate_received(h);
@@ -578,10 +713,15 @@ class Receiver {
             }
             flags |= IBV_WC_WITH_INV;
         }
+        const uint32_t imm = s_->rx_imm;
+        if (s_->rx_imm_pending) {
+            s_->rx_imm_pending = false;
+            flags |= IBV_WC_WITH_IMM;
+        }
         ++s_->recv_msn;
         const bool solicited = h.opcode == Opcode::kSendSe || h.opcode == Opcode::kSendSeInvalidate;
         complete_current_recv(s_, IBV_WC_SUCCESS, static_cast<uint32_t>(h.mo + h.payload_size()),
-                              flags, h.inval_stag, solicited);
+                              flags, h.inval_stag, solicited, IBV_WC_RECV, imm);
     }
 
     void terminate_received(const wire::SegmentHeader& h) {
@@ -599,15 +739,22 @@ class Receiver {
         // copies back (R flag); without that copy, the oldest outstanding
         // one; none when the copied DDP header shows another message (a
         // WRITE or SEND the peer refused), whose READs are merely flushed.
+        // An atomic the peer refused (a peer without RFC 7306 refuses them
+        // all) is found by its MSN in the copied header.
+        const bool blames_atomic =
+            decoded && what.has_ddp_header &&
+            what.raw_opcode == static_cast<uint8_t>(wire::Opcode::kAtomicRequest);
         const bool blames_other_message =
-            decoded && what.has_ddp_header && !what.has_read_request &&
+            decoded && what.has_ddp_header && !what.has_read_request && !blames_atomic &&
             what.raw_opcode != static_cast<uint8_t>(wire::Opcode::kReadRequest);
         uint64_t failed_read = UINT64_MAX;
         if (!blames_other_message) {
             std::lock_guard lock(s_->completion_mutex);
             for (const OutboundRead& r : s_->orq) {
+                if (blames_atomic && (!r.atomic || r.msn != what.msn))
+                    continue;
                 if (decoded && what.has_read_request &&
-                    (r.sink_stag != what.read_request.sink_stag ||
+                    (r.atomic || r.sink_stag != what.read_request.sink_stag ||
                      r.sink_to != what.read_request.sink_to))
                     continue;
                 failed_read = r.inflight_seq;

@@ -49,8 +49,9 @@ struct InflightWqe {
     uint32_t byte_len = 0;
 };
 
-// An RDMA READ we issued and whose response has not fully arrived (the
-// outbound read queue, ORD deep).
+// An RDMA READ or an atomic we issued and whose response has not fully
+// arrived (the outbound read queue, ORD deep: RFC 7306 atomics take the
+// same credits as READs).
 struct OutboundRead {
     uint64_t inflight_seq = 0;  // its InflightWqe
     uint32_t sink_stag = 0;     // the STag we named in the Read Request
@@ -60,10 +61,19 @@ struct OutboundRead {
     bool mapped = false;  // sink_stag is a mapped read-destination STag
     uint32_t num_segments = 0;
     std::array<LocalSegment, kMaxSgeRd> segments{};
+    // An Atomic Request: its request identifier and MSN, and the 8-byte
+    // local buffer (approved for local write) its original value goes to.
+    bool atomic = false;
+    uint32_t request_id = 0;
+    uint32_t msn = 0;
+    std::byte* result = nullptr;
 };
 
 // An RDMA READ the peer asked for (the inbound read queue, IRD deep): we
-// answer it with Read Response segments from local memory.
+// answer it with Read Response segments from local memory. Or an Atomic
+// Request, already carried out, whose Atomic Response waits its turn: RFC
+// 7306 answers atomics and READs in the order they were asked for, from
+// the same IRD credits.
 struct InboundRead {
     uint32_t sink_stag = 0;
     uint64_t sink_to = 0;
@@ -71,6 +81,9 @@ struct InboundRead {
     uint32_t sent = 0;
     const std::byte* source = nullptr;
     uint32_t source_stag = 0;
+    bool atomic = false;
+    uint32_t request_id = 0;
+    uint64_t original = 0;
 };
 
 // One batch of FPDUs handed to sendmsg, with the exact resume point after a
@@ -133,6 +146,12 @@ struct TxMessage {
     // that carries some of it is written before another message starts.
     bool is_inline = false;
     std::array<std::byte, kMaxInlineData> inline_copy{};
+    // A work request that is two RDMAP messages (RFC 7306 Immediate Data
+    // after a Write, or before a Send): the second, which takes the rest of
+    // the payload (`next_size` bytes), and completes the work request.
+    bool has_next = false;
+    wire::SegmentHeader next{};
+    uint64_t next_size = 0;
 };
 
 struct Stream {
@@ -154,7 +173,9 @@ struct Stream {
     std::unique_ptr<TxBatch> batch = std::make_unique<TxBatch>();
     TxMessage message;
     uint32_t send_msn = 1;             // next MSN on queue 0 (Send)
-    uint32_t read_req_msn = 1;         // next MSN on queue 1 (Read Request)
+    uint32_t read_req_msn = 1;         // next MSN on queue 1 (Read and Atomic Requests)
+    uint32_t atomic_resp_msn = 1;      // next MSN on queue 3 (Atomic Response)
+    uint32_t next_atomic_id = 1;       // request identifier of our next Atomic Request
     std::atomic<bool> tx_held{false};  // RFC 5044 responder: nothing before the first FPDU in
     std::atomic<std::thread::id> tx_owner{};  // the thread holding tx_mutex
     bool rtr_pending = false;                 // initiator's peer-to-peer RTR still to send
@@ -170,6 +191,14 @@ struct Stream {
     wire::Deframer deframer;
     uint32_t recv_msn = 1;  // expected MSN on queue 0
     uint32_t read_req_expected = 1;
+    uint32_t atomic_resp_expected = 1;
+    // RFC 7306 Immediate Data: the bytes of the RDMA Write message under
+    // way and of the last one finished (a WRITE_WITH_IMM's receive reports
+    // them), and the value announced for the Send that follows.
+    uint32_t rx_write_bytes = 0;
+    uint32_t rx_last_write_bytes = 0;
+    bool rx_imm_pending = false;
+    uint32_t rx_imm = 0;  // network order
     bool first_rx_seen = false;
     bool rtr_seen = false;
     bool rx_swallow = false;  // the current Send is the peer's RTR

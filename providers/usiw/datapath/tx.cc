@@ -13,6 +13,7 @@
 // never lost or reordered: only the holder of tx_mutex writes to the
 // socket, and it always finishes the current batch before building the
 // next.
+#include <arpa/inet.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -99,8 +100,25 @@ void read_source_fault(Stream* s, const void* addr) {
     stream_terminate(s, wire::term::kInvalidStag, {});
 }
 
-// One segment of the inbound read at the front of the IRQ. `*finished`
-// (when given) says whether it was that response's last.
+// The Atomic Response at the front of the IRQ (RFC 7306: one FPDU on
+// queue 3, with the request's identifier and the original value).
+bool add_atomic_response(Stream* s, const InboundRead& r) {
+    wire::SegmentHeader h;
+    h.opcode = wire::Opcode::kAtomicResponse;
+    h.msn = s->atomic_resp_msn;
+    h.atomic_response = {r.request_id, r.original};
+    wire::PayloadCursor none{};
+    if (!add_fpdu(s, h, none, 0))
+        return false;
+    ++s->atomic_resp_msn;
+    std::lock_guard lock(s->completion_mutex);
+    s->irq.pop_front();
+    return true;
+}
+
+// One segment of the inbound read at the front of the IRQ (or its Atomic
+// Response). `*finished` (when given) says whether it was that response's
+// last.
 bool add_read_response(Stream* s, bool* finished = nullptr) {
     InboundRead r;
     {
@@ -108,6 +126,13 @@ bool add_read_response(Stream* s, bool* finished = nullptr) {
         if (s->irq.empty())
             return false;
         r = s->irq.front();
+    }
+    if (r.atomic) {
+        if (!add_atomic_response(s, r))
+            return false;
+        if (finished)
+            *finished = true;
+        return true;
     }
     wire::SegmentHeader first;
     first.opcode = wire::Opcode::kReadResponse;
@@ -218,6 +243,49 @@ bool start_read(Stream* s, const SendWqe& w, uint64_t seq) {
     return true;
 }
 
+bool is_atomic(ibv_wr_opcode op) {
+    return op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+// Starts an RDMA atomic (RFC 7306): records it in the outbound read queue,
+// whose ORD credits it shares with READs, and frames its Atomic Request.
+// The verbs operations are the RFC's with masks that select every bit: a
+// plain 64-bit add, a whole-word compare and swap.
+bool start_atomic(Stream* s, const SendWqe& w, uint64_t seq) {
+    LocalSegment result;
+    if (!resolve_sges(s, w, IBV_ACCESS_LOCAL_WRITE, &result))
+        return false;
+    OutboundRead r;
+    r.inflight_seq = seq;
+    r.size = 8;
+    r.atomic = true;
+    r.result = result.addr;
+    r.request_id = s->next_atomic_id++;
+    r.msn = s->read_req_msn++;
+    wire::SegmentHeader h;
+    h.opcode = wire::Opcode::kAtomicRequest;
+    h.msn = r.msn;
+    wire::AtomicRequestFields& a = h.atomic_request;
+    a.request_id = r.request_id;
+    a.remote_stag = w.rkey;
+    a.remote_to = w.remote_addr;
+    if (w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP) {
+        a.op = wire::AtomicOp::kCompareSwap;
+        a.add_or_swap = w.swap;
+        a.add_or_swap_mask = ~uint64_t{0};
+        a.compare = w.compare_add;
+        a.compare_mask = ~uint64_t{0};
+    } else {
+        a.op = wire::AtomicOp::kFetchAdd;
+        a.add_or_swap = w.compare_add;  // Add Mask zero: no field boundaries
+    }
+    wire::PayloadCursor none{};
+    add_fpdu(s, h, none, 0);
+    std::lock_guard lock(s->completion_mutex);
+    s->orq.push_back(r);
+    return true;
+}
+
 // Records a work request leaving the send queue: it completes in posting
 // order (completion.cc: inflight_complete). Returns its sequence number.
 uint64_t record_inflight(Stream* s, const SendWqe& wqe) {
@@ -255,7 +323,7 @@ Start start_next_wqe(Stream* s, bool direct) {
         const bool reads_pending = !s->orq.empty();
         if ((next.send_flags & IBV_SEND_FENCE) && reads_pending)
             return Start::kBlocked;
-        if (next.opcode == IBV_WR_RDMA_READ &&
+        if ((next.opcode == IBV_WR_RDMA_READ || is_atomic(next.opcode)) &&
             s->orq.size() >= std::max<uint16_t>(s->params.ord, 1))
             return Start::kBlocked;
         w = next;
@@ -265,8 +333,8 @@ Start start_next_wqe(Stream* s, bool direct) {
                  : s->context->device->stats->sends_async);
     const uint64_t seq = record_inflight(s, w);
 
-    if (w.opcode == IBV_WR_RDMA_READ) {
-        if (!start_read(s, w, seq))
+    if (w.opcode == IBV_WR_RDMA_READ || is_atomic(w.opcode)) {
+        if (!(w.opcode == IBV_WR_RDMA_READ ? start_read(s, w, seq) : start_atomic(s, w, seq)))
             fail_wqe(s, seq, IBV_WC_LOC_PROT_ERR);
         return Start::kStarted;
     }
@@ -291,20 +359,44 @@ Start start_next_wqe(Stream* s, bool direct) {
     }
     m.cursor = wire::PayloadCursor{{m.source.data(), m.source_count}};
 
+    const bool se = w.send_flags & IBV_SEND_SOLICITED;
+    const uint64_t size = message_size(w);
+    // RFC 7306 Immediate Data (Documentation/wire.md): after the Write of a
+    // WRITE_WITH_IMM; alone for a SEND_WITH_IMM without payload; before the
+    // Send of one with payload. The last message carries the SE.
+    auto immediate = [&](wire::ImmediateRole role, bool solicited) {
+        wire::SegmentHeader imm;
+        imm.opcode = solicited ? wire::Opcode::kImmediateDataSe : wire::Opcode::kImmediateData;
+        imm.immediate = wire::pack_immediate(ntohl(w.imm_data), role);
+        imm.msn = s->send_msn++;
+        return imm;
+    };
     wire::SegmentHeader h;
-    if (w.opcode == IBV_WR_RDMA_WRITE) {
+    if (w.opcode == IBV_WR_RDMA_WRITE || w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
         h.opcode = wire::Opcode::kRdmaWrite;
         h.stag = w.rkey;
         h.to = w.remote_addr;
+        if (w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
+            m.has_next = true;
+            m.next = immediate(wire::ImmediateRole::kAfterWrite, se);
+        }
+    } else if (w.opcode == IBV_WR_SEND_WITH_IMM && size == 0) {
+        h = immediate(wire::ImmediateRole::kAlone, se);
     } else {
-        const bool se = w.send_flags & IBV_SEND_SOLICITED;
+        if (w.opcode == IBV_WR_SEND_WITH_IMM) {
+            m.has_next = true;
+            m.next_size = size;
+            h = immediate(wire::ImmediateRole::kBeforeSend, false);
+        }
+        wire::SegmentHeader& send = m.has_next ? m.next : h;
         const bool inv = w.opcode == IBV_WR_SEND_WITH_INV;
-        h.opcode = inv ? (se ? wire::Opcode::kSendSeInvalidate : wire::Opcode::kSendInvalidate)
-                       : (se ? wire::Opcode::kSendSe : wire::Opcode::kSend);
-        h.inval_stag = w.invalidate_rkey;
-        h.msn = s->send_msn++;
+        send.opcode = inv ? (se ? wire::Opcode::kSendSeInvalidate : wire::Opcode::kSendInvalidate)
+                          : (se ? wire::Opcode::kSendSe : wire::Opcode::kSend);
+        send.inval_stag = w.invalidate_rkey;
+        send.msn = s->send_msn++;
     }
-    m.segments = wire::MessageSegmenter(h, message_size(w), max_payload(s, h.header_size()));
+    const uint64_t first_size = m.has_next ? size - m.next_size : size;
+    m.segments = wire::MessageSegmenter(h, first_size, max_payload(s, h.header_size()));
     m.active = true;
     return Start::kStarted;
 }
@@ -319,7 +411,10 @@ bool add_message_segment(Stream* s) {
     m.segments.take(size);
     if (m.is_inline)
         s->batch->has_inline = true;
-    if (h.last) {
+    if (h.last && m.has_next) {
+        m.has_next = false;
+        m.segments = wire::MessageSegmenter(m.next, m.next_size, max_payload(s, m.next.header_size()));
+    } else if (h.last) {
         s->batch->completes.push_back(m.inflight_seq);
         m.active = false;
     }

@@ -42,6 +42,10 @@ constexpr StatField kFields[] = {
      "socket events handled in the application's busy-polling poll_cq"},
     {"progress_in_engine", &DeviceStats::progress_in_engine,
      "socket events handled by usiw's progress thread"},
+    {"atomics_served", &DeviceStats::atomics_served,
+     "RFC 7306 Atomic Requests carried out on this device's memory"},
+    {"immediate_data_received", &DeviceStats::immediate_data_received,
+     "RFC 7306 Immediate Data messages received (WRITE_WITH_IMM, SEND_WITH_IMM)"},
 };
 
 // The version is in the name, so that an upgraded usiw does not meet a

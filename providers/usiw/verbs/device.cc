@@ -87,7 +87,11 @@ void Device::fill_device_attr(ibv_device_attr* a) {
     a->max_res_rd_atom = kMaxQp * kMaxOrdIrd;
     a->max_qp_init_rd_atom = kMaxOrdIrd;
     a->max_ee_init_rd_atom = 0;
-    a->atomic_cap = IBV_ATOMIC_NONE;
+    // RFC 7306 atomics run as the processor's 64-bit atomic instructions on
+    // the aligned target (datapath/rx.cc): atomic against every atomic from
+    // every QP of the device, which is what IBV_ATOMIC_HCA promises
+    // (Documentation/verbs.md says what holds against the CPU).
+    a->atomic_cap = IBV_ATOMIC_HCA;
     a->max_mw = 0;
     a->max_srq = kMaxSrq;
     a->max_srq_wr = kMaxSrqWr;

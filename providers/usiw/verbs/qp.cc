@@ -28,8 +28,8 @@ constexpr int kSupportedQpAttrs =
     IBV_QP_ALT_PATH | IBV_QP_MIN_RNR_TIMER | IBV_QP_SQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
     IBV_QP_PATH_MIG_STATE | IBV_QP_CAP | IBV_QP_DEST_QPN;
 
-// Remote atomics are accepted as Linux siw and rxe accept them (kept for
-// ibv_query_qp); usiw has no atomic operations yet, so none can arrive.
+// The remote rights a QP grants (checked on every inbound Write, Read
+// Request and Atomic Request, beside the MR's own).
 constexpr unsigned kQpAccessFlags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                                     IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
 
@@ -444,10 +444,18 @@ bool opcode_supported(ibv_wr_opcode op) {
         case IBV_WR_SEND_WITH_INV:
         case IBV_WR_RDMA_WRITE:
         case IBV_WR_RDMA_READ:
+        case IBV_WR_SEND_WITH_IMM:           // RFC 7306 Immediate Data
+        case IBV_WR_RDMA_WRITE_WITH_IMM:     // (Documentation/wire.md)
+        case IBV_WR_ATOMIC_CMP_AND_SWP:      // RFC 7306 Atomic Request
+        case IBV_WR_ATOMIC_FETCH_AND_ADD:
             return true;
         default:
             return false;
     }
+}
+
+bool is_atomic(ibv_wr_opcode op) {
+    return op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
 }
 
 }  // namespace
@@ -461,7 +469,11 @@ int build_send_wqe(const Qp* qp, const ibv_send_wr* wr, SendWqe* wqe) {
         return EINVAL;
     const auto num_sge = static_cast<uint32_t>(wr->num_sge);
     const bool is_inline = wr->send_flags & IBV_SEND_INLINE;
-    if (is_inline && wr->opcode == IBV_WR_RDMA_READ)
+    if (is_inline && (wr->opcode == IBV_WR_RDMA_READ || is_atomic(wr->opcode)))
+        return EINVAL;
+    // An atomic returns the target's 64-bit original value into exactly one
+    // 8-byte local buffer.
+    if (is_atomic(wr->opcode) && (wr->num_sge != 1 || wr->sg_list[0].length != 8))
         return EINVAL;
     // A READ's scatter list is bounded by the QP's SGE limit and the device's
     // max_sge_rd alike.
@@ -470,9 +482,20 @@ int build_send_wqe(const Qp* qp, const ibv_send_wr* wr, SendWqe* wqe) {
     wqe->wr_id = wr->wr_id;
     wqe->opcode = wr->opcode;
     wqe->send_flags = wr->send_flags;
-    wqe->remote_addr = wr->wr.rdma.remote_addr;
-    wqe->rkey = wr->wr.rdma.rkey;
+    if (is_atomic(wr->opcode)) {
+        wqe->remote_addr = wr->wr.atomic.remote_addr;
+        wqe->rkey = wr->wr.atomic.rkey;
+        wqe->compare_add = wr->wr.atomic.compare_add;
+        wqe->swap = wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? wr->wr.atomic.swap : 0;
+    } else {
+        wqe->remote_addr = wr->wr.rdma.remote_addr;
+        wqe->rkey = wr->wr.rdma.rkey;
+        wqe->compare_add = wqe->swap = 0;
+    }
     wqe->invalidate_rkey = wr->opcode == IBV_WR_SEND_WITH_INV ? wr->invalidate_rkey : 0;
+    wqe->imm_data = wr->opcode == IBV_WR_SEND_WITH_IMM || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM
+                        ? wr->imm_data
+                        : 0;
     wqe->inline_length = 0;
     wqe->num_sge = 0;
     if (is_inline) {
