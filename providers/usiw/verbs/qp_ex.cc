@@ -12,10 +12,11 @@
 // The builders return nothing, so the first error is kept and returned by
 // ibv_wr_complete, which then posts nothing (ibv_wr_post(3)).
 //
-// Offered: SEND, SEND_WITH_INV, RDMA_WRITE and RDMA_READ, the operations
-// usiw has. Asking for others (immediate data, atomics, memory windows,
-// local invalidation, TSO, flush) in send_ops_flags fails ibv_create_qp_ex
-// with EOPNOTSUPP.
+// Offered: SEND, SEND_WITH_INV, SEND_WITH_IMM, RDMA_WRITE,
+// RDMA_WRITE_WITH_IMM, RDMA_READ, ATOMIC_CMP_AND_SWP and
+// ATOMIC_FETCH_AND_ADD, the operations usiw has. Asking for others (memory
+// windows, local invalidation, TSO, atomic write, flush) in send_ops_flags
+// fails ibv_create_qp_ex with EOPNOTSUPP.
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -26,8 +27,10 @@ namespace usiw {
 
 namespace {
 
-constexpr uint64_t kSupportedSendOps = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_INV |
-                                       IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_READ;
+constexpr uint64_t kSupportedSendOps =
+    IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_RDMA_WRITE |
+    IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
+    IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
 
 void wr_start(ibv_qp_ex* qpx) {
     Qp* qp = to_qp(qpx);
@@ -61,9 +64,35 @@ void wr_abort(ibv_qp_ex* qpx) {
     end_section(to_qp(qpx));
 }
 
-// Builds the next work request (without data) into its slot.
-void begin_wr(ibv_qp_ex* qpx, ibv_wr_opcode opcode, uint32_t rkey, uint64_t remote_addr,
-              uint32_t invalidate_rkey) {
+// The work request a send-queue slot holds, as post_send would have been
+// given it (without its data).
+ibv_send_wr wr_of(const SendWqe& wqe) {
+    ibv_send_wr wr{};
+    wr.wr_id = wqe.wr_id;
+    wr.opcode = wqe.opcode;
+    wr.send_flags = wqe.send_flags;
+    if (wqe.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wqe.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+        wr.wr.atomic.remote_addr = wqe.remote_addr;
+        wr.wr.atomic.rkey = wqe.rkey;
+        wr.wr.atomic.compare_add = wqe.compare_add;
+        wr.wr.atomic.swap = wqe.swap;
+    } else {
+        wr.wr.rdma.remote_addr = wqe.remote_addr;
+        wr.wr.rdma.rkey = wqe.rkey;
+    }
+    // One union in ibv_send_wr: the STag to invalidate or the immediate.
+    if (wqe.opcode == IBV_WR_SEND_WITH_INV)
+        wr.invalidate_rkey = wqe.invalidate_rkey;
+    else
+        wr.imm_data = wqe.imm_data;
+    return wr;
+}
+
+// Builds the next work request (without data) into its slot. An atomic
+// needs its 8-byte result buffer to be valid; until ibv_wr_set_sge gives
+// it, it names one with lkey 0, which no MR has (a local protection error
+// if the application never sets it).
+void begin_wr(ibv_qp_ex* qpx, ibv_send_wr wr) {
     Qp* qp = to_qp(qpx);
     WrBatch& b = qp->wr;
     if (b.error)
@@ -72,17 +101,36 @@ void begin_wr(ibv_qp_ex* qpx, ibv_wr_opcode opcode, uint32_t rkey, uint64_t remo
         b.error = ENOMEM;  // as post_send on a full send queue
         return;
     }
-    ibv_send_wr wr{};
     wr.wr_id = qpx->wr_id;
-    wr.opcode = opcode;
     wr.send_flags = qpx->wr_flags;
-    wr.wr.rdma.remote_addr = remote_addr;
-    wr.wr.rdma.rkey = rkey;
-    wr.invalidate_rkey = invalidate_rkey;
+    ibv_sge no_result{0, 8, 0};
+    if (wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+        wr.sg_list = &no_result;
+        wr.num_sge = 1;
+    }
     if (int err = build_send_wqe(qp, &wr, &qp->sq.at(b.tail + b.count)))
         b.error = err;
     else
         ++b.count;
+}
+
+ibv_send_wr rdma_wr(ibv_wr_opcode opcode, uint32_t rkey, uint64_t remote_addr) {
+    ibv_send_wr wr{};
+    wr.opcode = opcode;
+    wr.wr.rdma.remote_addr = remote_addr;
+    wr.wr.rdma.rkey = rkey;
+    return wr;
+}
+
+ibv_send_wr atomic_wr(ibv_wr_opcode opcode, uint32_t rkey, uint64_t remote_addr,
+                      uint64_t compare_add, uint64_t swap) {
+    ibv_send_wr wr{};
+    wr.opcode = opcode;
+    wr.wr.atomic.remote_addr = remote_addr;
+    wr.wr.atomic.rkey = rkey;
+    wr.wr.atomic.compare_add = compare_add;
+    wr.wr.atomic.swap = swap;
+    return wr;
 }
 
 // Rebuilds the last work request with its data: `num_sge` entries of
@@ -97,13 +145,8 @@ void set_data(ibv_qp_ex* qpx, const ibv_sge* sges, size_t num_sge, bool copy_inl
         return;
     }
     SendWqe& wqe = qp->sq.at(b.tail + b.count - 1);
-    ibv_send_wr wr{};
-    wr.wr_id = wqe.wr_id;
-    wr.opcode = wqe.opcode;
-    wr.send_flags = wqe.send_flags | (copy_inline ? IBV_SEND_INLINE : 0);
-    wr.wr.rdma.remote_addr = wqe.remote_addr;
-    wr.wr.rdma.rkey = wqe.rkey;
-    wr.invalidate_rkey = wqe.invalidate_rkey;
+    ibv_send_wr wr = wr_of(wqe);
+    wr.send_flags |= copy_inline ? IBV_SEND_INLINE : 0;
     wr.sg_list = const_cast<ibv_sge*>(sges);
     wr.num_sge = static_cast<int>(num_sge);
     if (int err = build_send_wqe(qp, &wr, &wqe))
@@ -111,16 +154,39 @@ void set_data(ibv_qp_ex* qpx, const ibv_sge* sges, size_t num_sge, bool copy_inl
 }
 
 void wr_send(ibv_qp_ex* qpx) {
-    begin_wr(qpx, IBV_WR_SEND, 0, 0, 0);
+    ibv_send_wr wr{};
+    wr.opcode = IBV_WR_SEND;
+    begin_wr(qpx, wr);
+}
+void wr_send_imm(ibv_qp_ex* qpx, __be32 imm_data) {
+    ibv_send_wr wr{};
+    wr.opcode = IBV_WR_SEND_WITH_IMM;
+    wr.imm_data = imm_data;
+    begin_wr(qpx, wr);
 }
 void wr_send_inv(ibv_qp_ex* qpx, uint32_t invalidate_rkey) {
-    begin_wr(qpx, IBV_WR_SEND_WITH_INV, 0, 0, invalidate_rkey);
+    ibv_send_wr wr{};
+    wr.opcode = IBV_WR_SEND_WITH_INV;
+    wr.invalidate_rkey = invalidate_rkey;
+    begin_wr(qpx, wr);
 }
 void wr_rdma_write(ibv_qp_ex* qpx, uint32_t rkey, uint64_t remote_addr) {
-    begin_wr(qpx, IBV_WR_RDMA_WRITE, rkey, remote_addr, 0);
+    begin_wr(qpx, rdma_wr(IBV_WR_RDMA_WRITE, rkey, remote_addr));
+}
+void wr_rdma_write_imm(ibv_qp_ex* qpx, uint32_t rkey, uint64_t remote_addr, __be32 imm_data) {
+    ibv_send_wr wr = rdma_wr(IBV_WR_RDMA_WRITE_WITH_IMM, rkey, remote_addr);
+    wr.imm_data = imm_data;
+    begin_wr(qpx, wr);
 }
 void wr_rdma_read(ibv_qp_ex* qpx, uint32_t rkey, uint64_t remote_addr) {
-    begin_wr(qpx, IBV_WR_RDMA_READ, rkey, remote_addr, 0);
+    begin_wr(qpx, rdma_wr(IBV_WR_RDMA_READ, rkey, remote_addr));
+}
+void wr_atomic_cmp_swp(ibv_qp_ex* qpx, uint32_t rkey, uint64_t remote_addr, uint64_t compare,
+                       uint64_t swap) {
+    begin_wr(qpx, atomic_wr(IBV_WR_ATOMIC_CMP_AND_SWP, rkey, remote_addr, compare, swap));
+}
+void wr_atomic_fetch_add(ibv_qp_ex* qpx, uint32_t rkey, uint64_t remote_addr, uint64_t add) {
+    begin_wr(qpx, atomic_wr(IBV_WR_ATOMIC_FETCH_AND_ADD, rkey, remote_addr, add, 0));
 }
 
 void wr_set_sge(ibv_qp_ex* qpx, uint32_t lkey, uint64_t addr, uint32_t length) {
@@ -172,6 +238,14 @@ void qp_ex_setup(Qp* qp, uint64_t send_ops_flags) {
         x.wr_rdma_write = wr_rdma_write;
     if (send_ops_flags & IBV_QP_EX_WITH_RDMA_READ)
         x.wr_rdma_read = wr_rdma_read;
+    if (send_ops_flags & IBV_QP_EX_WITH_SEND_WITH_IMM)
+        x.wr_send_imm = wr_send_imm;
+    if (send_ops_flags & IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM)
+        x.wr_rdma_write_imm = wr_rdma_write_imm;
+    if (send_ops_flags & IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP)
+        x.wr_atomic_cmp_swp = wr_atomic_cmp_swp;
+    if (send_ops_flags & IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD)
+        x.wr_atomic_fetch_add = wr_atomic_fetch_add;
     x.wr_set_sge = wr_set_sge;
     x.wr_set_sge_list = wr_set_sge_list;
     x.wr_set_inline_data = wr_set_inline_data;
