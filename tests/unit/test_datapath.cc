@@ -1963,23 +1963,21 @@ void test_raw_crc_send(void**) {
     release_all();
 }
 
-// An opcode RDMAP does not define (0xf), and one usiw does not implement
-// (RFC 7306 Atomic Request): RDMAP unexpected opcode.
+// An opcode RDMAP does not define (0xf), and an RFC 7306 Atomic Response
+// that answers no atomic of ours: RDMAP unexpected opcode.
 void test_raw_undefined_opcode(void**) {
     for (bool crc : {false, true}) {
         for (int atomic = 0; atomic < 2; ++atomic) {
-            where("raw: %s, crc=%d", atomic ? "Atomic Request" : "opcode 0xf", crc);
+            where("raw: %s, crc=%d", atomic ? "unsolicited Atomic Response" : "opcode 0xf", crc);
             RawTarget t = raw_target(crc, 2);
             std::vector<uint8_t> bad;
             uint8_t opcode = 0xf;
             if (atomic) {
-                opcode = static_cast<uint8_t>(wire::Opcode::kAtomicRequest);
+                opcode = static_cast<uint8_t>(wire::Opcode::kAtomicResponse);
                 wire::SegmentHeader h;
-                h.opcode = wire::Opcode::kAtomicRequest;
+                h.opcode = wire::Opcode::kAtomicResponse;
                 h.msn = 1;
-                h.atomic_request.remote_stag = t.mem.rkey();
-                h.atomic_request.remote_to = t.mem.addr(64);
-                h.atomic_request.add_or_swap = 1;
+                h.atomic_response = {1, 0x1234};
                 bad = frame(h, nullptr, 0, crc);
             } else {
                 // An untagged 20-byte header with opcode 0xf, pad, CRC.

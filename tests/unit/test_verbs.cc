@@ -216,7 +216,7 @@ void test_query_device(void** state) {
     assert_true(a.max_cqe >= 4096);
     assert_true(a.max_mr > 0);
     assert_true(a.max_pd > 0);
-    assert_int_equal(a.atomic_cap, IBV_ATOMIC_NONE);  // no atomics yet
+    assert_int_equal(a.atomic_cap, IBV_ATOMIC_HCA);  // RFC 7306 atomics, device-wide
     assert_int_equal(a.max_pkeys, 1);
     assert_true(a.fw_ver[0] != '\0');
     assert_non_null(std::memchr(a.fw_ver, '\0', sizeof a.fw_ver));
@@ -479,11 +479,35 @@ void test_mr_invalid_access(void** state) {
     errno = 0;
     assert_null(ibv_reg_mr(f.pd, buf.bytes, sizeof buf.bytes, IBV_ACCESS_LOCAL_WRITE | (1 << 12)));
     assert_int_equal(errno, EINVAL);
-    // No atomics yet: the device says atomic_cap NONE.
+    // As the kernel's ib_check_mr_access: remote atomics need local write
+    // (EINVAL), on-demand paging is not offered (EOPNOTSUPP).
+    errno = 0;
+    assert_null(ibv_reg_mr(f.pd, buf.bytes, sizeof buf.bytes, IBV_ACCESS_REMOTE_ATOMIC));
+    assert_int_equal(errno, EINVAL);
     errno = 0;
     assert_null(ibv_reg_mr(f.pd, buf.bytes, sizeof buf.bytes,
-                           IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC));
+                           IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND));
     assert_int_equal(errno, EOPNOTSUPP);
+}
+
+// What the kernel accepts, usiw accepts: remote atomics with local write
+// (libfabric and qperf register every MR so), and the ZERO_BASED and
+// HUGETLB hints.
+void test_mr_kernel_access_flags(void** state) {
+    Fixture& f = fx(state);
+    static Buffer buf;
+    for (int access : {IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC,
+                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                           IBV_ACCESS_REMOTE_ATOMIC,
+                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ZERO_BASED,
+                       IBV_ACCESS_REMOTE_READ | IBV_ACCESS_HUGETLB}) {
+        errno = 0;
+        ibv_mr* mr = ibv_reg_mr(f.pd, buf.bytes, sizeof buf.bytes, access);
+        if (!mr)
+            std::fprintf(stderr, "reg_mr with access 0x%x: %s\n", access, std::strerror(errno));
+        assert_non_null(mr);
+        assert_int_equal(ibv_dereg_mr(mr), 0);
+    }
 }
 
 // Access flags in IBV_ACCESS_OPTIONAL_RANGE (bits 20-29) are hints a device
@@ -619,7 +643,7 @@ void test_rereg_mr(void** state) {
         ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0, IBV_ACCESS_REMOTE_WRITE),
         IBV_REREG_MR_ERR_CMD);
     assert_int_equal(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0,
-                                  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC),
+                                  IBV_ACCESS_REMOTE_ATOMIC),
                      IBV_REREG_MR_ERR_CMD);
     assert_int_equal(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0, 1 << 12),
                      IBV_REREG_MR_ERR_CMD);
@@ -1418,9 +1442,18 @@ void test_post_send_invalid_requests(void** state) {
     wr.opcode = IBV_WR_RDMA_READ;
     wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
     assert_int_equal(post_one(wr), EINVAL);
-    // Opcodes usiw does not have (no atomics, no immediate data yet).
-    for (ibv_wr_opcode op : {IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD,
-                             IBV_WR_SEND_WITH_IMM, IBV_WR_RDMA_WRITE_WITH_IMM}) {
+    // An atomic returns its 8 bytes into exactly one 8-byte buffer, never
+    // inline.
+    for (ibv_wr_opcode op : {IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD}) {
+        wr.opcode = op;
+        wr.send_flags = IBV_SEND_SIGNALED;
+        assert_int_equal(post_one(wr), EINVAL);  // this SGE is not 8 bytes
+        wr.num_sge = 0;
+        assert_int_equal(post_one(wr), EINVAL);
+        wr.num_sge = 1;
+    }
+    // Opcodes usiw does not have (memory windows, local invalidation).
+    for (ibv_wr_opcode op : {IBV_WR_BIND_MW, IBV_WR_LOCAL_INV}) {
         wr.opcode = op;
         wr.send_flags = IBV_SEND_SIGNALED;
         const int rc = post_one(wr);
@@ -1906,6 +1939,7 @@ int main(void) {
         T(test_pd_alloc_dealloc),
         T(test_pd_busy_while_in_use),
         T(test_mr_valid_access_combinations),
+        T(test_mr_kernel_access_flags),
         T(test_mr_invalid_access),
         T(test_mr_unknown_optional_access_is_ignored),
         T(test_mr_zero_length),
