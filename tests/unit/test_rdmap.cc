@@ -1657,6 +1657,82 @@ void test_terminate_fields(void**) {
     }
 }
 
+// usiw's use of Immediate Data's 8 bytes: the verbs value first (network
+// order on the wire), the role last; a role usiw does not know reads as
+// kAlone, and the round trip through the header keeps both.
+void test_immediate_roles(void**) {
+    const uint64_t v = pack_immediate(0xdeadbeef, ImmediateRole::kAfterWrite);
+    assert_int_equal(v, 0xdeadbeef00000001ull);
+    assert_int_equal(immediate_value(v), 0xdeadbeef);
+    assert_true(immediate_role(v) == ImmediateRole::kAfterWrite);
+    assert_true(immediate_role(pack_immediate(1, ImmediateRole::kBeforeSend)) ==
+                ImmediateRole::kBeforeSend);
+    assert_true(immediate_role(pack_immediate(1, ImmediateRole::kAlone)) == ImmediateRole::kAlone);
+    assert_true(immediate_role(0x1234567800000003ull) == ImmediateRole::kAlone);
+    assert_true(immediate_role(0x12345678ffffffffull) == ImmediateRole::kAlone);
+
+    SegmentHeader h = untagged_hdr(Opcode::kImmediateDataSe, true, 0, 2, 0);
+    h.immediate = pack_immediate(0x01020304, ImmediateRole::kBeforeSend);
+    std::byte buf[kMaxHeaderSize];
+    assert_int_equal(encode_header(h, 0, buf), 28);
+    const auto* b = reinterpret_cast<const uint8_t*>(buf);
+    const uint8_t want[8] = {0x01, 0x02, 0x03, 0x04, 0x00, 0x00, 0x00, 0x02};
+    assert_memory_equal(b + 20, want, 8);
+    assert_int_equal(b[3], 0x49);  // RDMAP RV1 | Immediate Data with SE
+    SegmentHeader d;
+    assert_false(static_cast<bool>(decode_header({buf, 28}, SegmentLimits{}, &d)));
+    assert_int_equal(d.immediate, h.immediate);
+}
+
+// RFC 7306 section 5.1's arithmetic: FetchAdd adds field by field (a bit
+// set in the Add Mask ends a field, its carry is dropped; no bit: a plain
+// add); CmpSwap swaps the Swap Mask's bits in when the Compare Mask's
+// bits match, and leaves the value when they do not.
+void test_atomic_result(void**) {
+    AtomicRequestFields a;
+    a.op = AtomicOp::kFetchAdd;
+    a.add_or_swap = 5;
+    assert_int_equal(atomic_result(a, 100), 105);
+    a.add_or_swap = 3;
+    assert_int_equal(atomic_result(a, ~0ull - 1), 1);  // wraps at 2^64
+    // Two 32-bit fields: the low one's carry does not reach the high one.
+    a.add_or_swap_mask = 0x0000000080000000ull;
+    a.add_or_swap = 0x0000000100000001ull;
+    assert_int_equal(atomic_result(a, 0x00000001ffffffffull), 0x0000000200000000ull);
+    // Eight 8-bit fields.
+    a.add_or_swap_mask = 0x8080808080808080ull;
+    a.add_or_swap = 0x0101010101010101ull;
+    assert_int_equal(atomic_result(a, 0xff00ff00ff00ff00ull), 0x0001000100010001ull);
+
+    AtomicRequestFields c;
+    c.op = AtomicOp::kCompareSwap;
+    c.compare = 7;
+    c.compare_mask = ~0ull;
+    c.add_or_swap = 9;
+    c.add_or_swap_mask = ~0ull;
+    assert_int_equal(atomic_result(c, 7), 9);
+    assert_int_equal(atomic_result(c, 8), 8);
+    // Masked: only the low byte is compared, only the high byte swapped.
+    c.compare = 0x11;
+    c.compare_mask = 0xff;
+    c.add_or_swap = 0xab00000000000000ull;
+    c.add_or_swap_mask = 0xff00000000000000ull;
+    assert_int_equal(atomic_result(c, 0x2222222222222211ull), 0xab22222222222211ull);
+    assert_int_equal(atomic_result(c, 0x2222222222222212ull), 0x2222222222222212ull);
+}
+
+// An atomic's target STag is RDMAP's, as a Read Request's source is.
+void test_atomic_stag_causes(void**) {
+    assert_true(stag_error_cause(StagError::kInvalidStag, StagUse::kAtomicTarget) ==
+                term::kInvalidStag);
+    assert_true(stag_error_cause(StagError::kBaseBounds, StagUse::kAtomicTarget) ==
+                term::kBaseBounds);
+    assert_true(stag_error_cause(StagError::kAccessRights, StagUse::kAtomicTarget) ==
+                term::kAccessRights);
+    assert_true(stag_error_cause(StagError::kNotAssociated, StagUse::kAtomicTarget) ==
+                term::kStagNotAssociated);
+}
+
 void test_term_cause_is_protection(void**) {
     const std::set<std::string> protection = {
         cause_str(term::kInvalidStag),
@@ -1716,6 +1792,9 @@ int main(void) {
         cmocka_unit_test(test_stag_error_causes),
         cmocka_unit_test(test_terminate_fields),
         cmocka_unit_test(test_term_cause_is_protection),
+        cmocka_unit_test(test_immediate_roles),
+        cmocka_unit_test(test_atomic_result),
+        cmocka_unit_test(test_atomic_stag_causes),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);
 }
