@@ -120,8 +120,7 @@ void expect_imm_recv(const ibv_wc& wc, uint64_t id, ibv_wc_opcode opcode, uint32
     EXPECT(wc.wr_id == id, "%s: wr_id %llu, expected %llu", what,
            static_cast<unsigned long long>(wc.wr_id), static_cast<unsigned long long>(id));
     EXPECT(wc.opcode == opcode, "%s: opcode %d, expected %d", what, wc.opcode, opcode);
-    EXPECT(wc.wc_flags & IBV_WC_WITH_IMM, "%s: no IBV_WC_WITH_IMM (flags 0x%x)", what,
-           wc.wc_flags);
+    EXPECT(wc.wc_flags & IBV_WC_WITH_IMM, "%s: no IBV_WC_WITH_IMM (flags 0x%x)", what, wc.wc_flags);
     EXPECT(ntohl(wc.imm_data) == imm, "%s: imm_data 0x%08x, expected 0x%08x", what,
            ntohl(wc.imm_data), imm);
     EXPECT(wc.byte_len == byte_len, "%s: byte_len %u, expected %u", what, wc.byte_len, byte_len);
@@ -147,9 +146,8 @@ void test_write_with_imm(void**) {
             post_write_imm(p.a, 100 + i, n ? &sge : nullptr, dst.addr(32), dst.rkey(), imm);
             expect_wc(expect_one(p.as, "write_imm send"), 100 + i, IBV_WC_SUCCESS,
                       IBV_WC_RDMA_WRITE, "WRITE_WITH_IMM completion");
-            expect_imm_recv(expect_one(p.br, "write_imm recv"), 500 + i,
-                            IBV_WC_RECV_RDMA_WITH_IMM, static_cast<uint32_t>(n), imm,
-                            "WRITE_WITH_IMM receive");
+            expect_imm_recv(expect_one(p.br, "write_imm recv"), 500 + i, IBV_WC_RECV_RDMA_WITH_IMM,
+                            static_cast<uint32_t>(n), imm, "WRITE_WITH_IMM receive");
             expect_landed(dst, 32, src.p, n, "WRITE_WITH_IMM data");
         }
         release_all();
@@ -344,8 +342,14 @@ void test_concurrent_atomics(void**) {
     };
     int local_adds = 0;
     std::thread cpu([&] { local_adds = local(); });
-    std::thread t0([&] { run(sides[0]); --running; });
-    std::thread t1([&] { run(sides[1]); --running; });
+    std::thread t0([&] {
+        run(sides[0]);
+        --running;
+    });
+    std::thread t1([&] {
+        run(sides[1]);
+        --running;
+    });
     t0.join();
     t1.join();
     cpu.join();
@@ -358,8 +362,7 @@ void test_concurrent_atomics(void**) {
     for (Side& s : sides)
         for (int i = 0; i < kAdds; ++i)
             seen.insert(load64(s.results, static_cast<size_t>(i) * 8));
-    EXPECT(seen.size() == 2 * kAdds, "%zu distinct fetched values of %d", seen.size(),
-           2 * kAdds);
+    EXPECT(seen.size() == 2 * kAdds, "%zu distinct fetched values of %d", seen.size(), 2 * kAdds);
     release_all();
 }
 
@@ -438,9 +441,9 @@ struct HostileAtomic {
     const char* name;
     int mr_access;
     int qp_access;
-    size_t offset;          // of the target in the buffer
-    uint32_t rkey_xor;      // corrupts the STag
-    ibv_wc_status status;   // the requester's completion
+    size_t offset;         // of the target in the buffer
+    uint32_t rkey_xor;     // corrupts the STag
+    ibv_wc_status status;  // the requester's completion
 };
 
 void test_hostile_atomics(void**) {
@@ -517,9 +520,9 @@ void test_raw_wire_format(void**) {
            "WRITE_WITH_IMM's first FPDU is not the Write");
     EXPECT(f[1].h.opcode == wire::Opcode::kImmediateDataSe, "second FPDU opcode %u",
            static_cast<unsigned>(f[1].h.opcode));
-    const std::vector<uint8_t> want = {0x00, 0x1a, 0x41, 0x49, 0, 0, 0, 0, 0, 0, 0, 0,
-                                       0,    0,    0,    1,    0, 0, 0, 0, 0xde, 0xad, 0xbe,
-                                       0xef, 0,    0,    0,    1};
+    const std::vector<uint8_t> want = {0x00, 0x1a, 0x41, 0x49, 0, 0, 0, 0, 0, 0,
+                                       0,    0,    0,    0,    0, 1, 0, 0, 0, 0,
+                                       0xde, 0xad, 0xbe, 0xef, 0, 0, 0, 1};
     EXPECT(f[1].header == want, "Immediate Data header bytes differ from RFC 7306's layout");
 
     post_send_imm(qp, 2, &sge, 0x00c0ffee);
@@ -536,8 +539,8 @@ void test_raw_wire_format(void**) {
     post_atomic(qp, 3, IBV_WR_ATOMIC_CMP_AND_SWP, result, 0x2008, 0x77, 11, 22);
     f = raw_read_fpdus(fd, false, 1);
     const wire::AtomicRequestFields& a = f[0].h.atomic_request;
-    EXPECT(f[0].h.opcode == wire::Opcode::kAtomicRequest && f[0].h.queue == 1 &&
-               f[0].h.msn == 1 && a.op == wire::AtomicOp::kCompareSwap && a.remote_stag == 0x77 &&
+    EXPECT(f[0].h.opcode == wire::Opcode::kAtomicRequest && f[0].h.queue == 1 && f[0].h.msn == 1 &&
+               a.op == wire::AtomicOp::kCompareSwap && a.remote_stag == 0x77 &&
                a.remote_to == 0x2008 && a.compare == 11 && a.add_or_swap == 22 &&
                a.compare_mask == ~0ull && a.add_or_swap_mask == ~0ull,
            "the Atomic Request's fields");
@@ -566,7 +569,8 @@ void test_raw_peer_without_rfc7306(void**) {
     EXPECT(f[0].h.opcode == wire::Opcode::kAtomicRequest, "first FPDU is not the Atomic Request");
     std::vector<std::byte> offending(f[0].header.size());
     std::memcpy(offending.data(), f[0].header.data(), offending.size());
-    const wire::TerminateFields tf = wire::terminate_fields(wire::term::kUnexpectedOpcode, offending);
+    const wire::TerminateFields tf =
+        wire::terminate_fields(wire::term::kUnexpectedOpcode, offending);
     std::byte payload[wire::kMaxTerminatePayload];
     const size_t n = wire::encode_terminate_payload(tf, offending, payload);
     wire::SegmentHeader t;

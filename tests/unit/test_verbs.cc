@@ -642,9 +642,9 @@ void test_rereg_mr(void** state) {
     assert_int_equal(
         ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0, IBV_ACCESS_REMOTE_WRITE),
         IBV_REREG_MR_ERR_CMD);
-    assert_int_equal(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0,
-                                  IBV_ACCESS_REMOTE_ATOMIC),
-                     IBV_REREG_MR_ERR_CMD);
+    assert_int_equal(
+        ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0, IBV_ACCESS_REMOTE_ATOMIC),
+        IBV_REREG_MR_ERR_CMD);
     assert_int_equal(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0, 1 << 12),
                      IBV_REREG_MR_ERR_CMD);
     // Dropping LOCAL_WRITE takes effect: afterwards the read-only page can

@@ -363,10 +363,8 @@ void test_create_qp_ex_send_ops(void**) {
     a.pd = pd;
     // The operations usiw does not have yet (memory windows, local
     // invalidation, TSO, atomic write) are refused when asked for.
-    const uint64_t refused[] = {IBV_QP_EX_WITH_LOCAL_INV,
-                                IBV_QP_EX_WITH_BIND_MW,
-                                IBV_QP_EX_WITH_TSO,
-                                IBV_QP_EX_WITH_ATOMIC_WRITE};
+    const uint64_t refused[] = {IBV_QP_EX_WITH_LOCAL_INV, IBV_QP_EX_WITH_BIND_MW,
+                                IBV_QP_EX_WITH_TSO, IBV_QP_EX_WITH_ATOMIC_WRITE};
     for (uint64_t op : refused) {
         a.send_ops_flags = IBV_QP_EX_WITH_SEND | op;
         errno = 0;
@@ -387,8 +385,7 @@ void test_create_qp_ex_send_ops(void**) {
         assert_true((qpx->wr_send != nullptr) == ((ops & IBV_QP_EX_WITH_SEND) != 0));
         assert_true((qpx->wr_rdma_read != nullptr) == ((ops & IBV_QP_EX_WITH_RDMA_READ) != 0));
         assert_true((qpx->wr_rdma_write != nullptr) == ((ops & IBV_QP_EX_WITH_RDMA_WRITE) != 0));
-        assert_true((qpx->wr_send_imm != nullptr) ==
-                    ((ops & IBV_QP_EX_WITH_SEND_WITH_IMM) != 0));
+        assert_true((qpx->wr_send_imm != nullptr) == ((ops & IBV_QP_EX_WITH_SEND_WITH_IMM) != 0));
         assert_true((qpx->wr_atomic_cmp_swp != nullptr) ==
                     ((ops & IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP) != 0));
         assert_non_null(qpx->wr_start);

@@ -541,7 +541,8 @@ class Receiver {
         if (h.msn != s_->read_req_expected)
             return fault(term::kUntaggedMsnRange, "unexpected Atomic Request MSN");
         if (!(qp_->access_flags & IBV_ACCESS_REMOTE_ATOMIC))
-            return fault(term::kAccessRights, "Atomic Request to a QP without remote atomic access");
+            return fault(term::kAccessRights,
+                         "Atomic Request to a QP without remote atomic access");
         uintptr_t addr = 0;
         const wire::StagError e = s_->context->stags.check(
             a.remote_stag, qp_->pd, a.remote_to, sizeof(uint64_t), IBV_ACCESS_REMOTE_ATOMIC, &addr);

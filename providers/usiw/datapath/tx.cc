@@ -413,7 +413,8 @@ bool add_message_segment(Stream* s) {
         s->batch->has_inline = true;
     if (h.last && m.has_next) {
         m.has_next = false;
-        m.segments = wire::MessageSegmenter(m.next, m.next_size, max_payload(s, m.next.header_size()));
+        m.segments =
+            wire::MessageSegmenter(m.next, m.next_size, max_payload(s, m.next.header_size()));
     } else if (h.last) {
         s->batch->completes.push_back(m.inflight_seq);
         m.active = false;

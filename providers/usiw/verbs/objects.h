@@ -113,7 +113,7 @@ struct SendWqe {
     uint64_t remote_addr = 0;
     uint32_t rkey = 0;
     uint32_t invalidate_rkey = 0;
-    uint32_t imm_data = 0;  // *_WITH_IMM: network order, as ibv_send_wr has it
+    uint32_t imm_data = 0;     // *_WITH_IMM: network order, as ibv_send_wr has it
     uint64_t compare_add = 0;  // ATOMIC_*: the compare (CMP_AND_SWP) or add value
     uint64_t swap = 0;         // ATOMIC_CMP_AND_SWP: the swap value
     uint32_t inline_length = 0;

@@ -444,9 +444,9 @@ bool opcode_supported(ibv_wr_opcode op) {
         case IBV_WR_SEND_WITH_INV:
         case IBV_WR_RDMA_WRITE:
         case IBV_WR_RDMA_READ:
-        case IBV_WR_SEND_WITH_IMM:           // RFC 7306 Immediate Data
-        case IBV_WR_RDMA_WRITE_WITH_IMM:     // (Documentation/wire.md)
-        case IBV_WR_ATOMIC_CMP_AND_SWP:      // RFC 7306 Atomic Request
+        case IBV_WR_SEND_WITH_IMM:        // RFC 7306 Immediate Data
+        case IBV_WR_RDMA_WRITE_WITH_IMM:  // (Documentation/wire.md)
+        case IBV_WR_ATOMIC_CMP_AND_SWP:   // RFC 7306 Atomic Request
         case IBV_WR_ATOMIC_FETCH_AND_ADD:
             return true;
         default:
