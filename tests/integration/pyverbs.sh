@@ -33,7 +33,8 @@ SUITE=/usr/share/doc/rdma-core/tests
 DEVICE=usiw0
 
 MODULES=(test_device test_pd test_mr test_cq test_cqex test_qp test_qpex test_cq_events
-    test_rdmacm test_shared_pd test_parent_domain test_relaxed_ordering test_addr test_fork)
+    test_rdmacm test_shared_pd test_parent_domain test_relaxed_ordering test_addr test_fork
+    test_atomic)
 
 RUN=(
     test_device.DeviceTest.test_dev_list
@@ -77,6 +78,18 @@ RUN=(
     test_parent_domain.ParentDomainTrafficTest.test_mem_align_rc_traffic
     test_parent_domain.ParentDomainTrafficTest.test_mem_align_srq_excq_rc_traffic
     test_relaxed_ordering.RoTestCase.test_ro_rc_traffic
+    # RFC 7306 immediate data and atomics, hostile atomics included
+    test_qpex.QpExTestCase.test_qp_ex_rc_send_imm
+    test_qpex.QpExTestCase.test_qp_ex_rc_rdma_write_imm
+    test_qpex.QpExTestCase.test_qp_ex_rc_atomic_cmp_swp
+    test_qpex.QpExTestCase.test_qp_ex_rc_atomic_fetch_add
+    test_atomic.AtomicTest.test_atomic_cmp_and_swap
+    test_atomic.AtomicTest.test_atomic_fetch_and_add
+    test_atomic.AtomicTest.test_atomic_invalid_qp_access
+    test_atomic.AtomicTest.test_atomic_invalid_mr_access
+    test_atomic.AtomicTest.test_atomic_non_aligned_addr
+    test_atomic.AtomicTest.test_atomic_invalid_lkey
+    test_atomic.AtomicTest.test_atomic_invalid_rkey
 )
 
 # Run as root only, in a private mount namespace (the rdma_cm section).
@@ -139,10 +152,6 @@ SKIP=(
     "test_qp.QPTest.test_modify_ud_qp|UD QP (QKey, RTR/RTS without a peer): $UD"
     "test_qp.QPTest.test_query_data_in_order|queries a UD QP (ibv_query_qp_data_in_order); $UD"
     "test_qpex.QpExTestCase.test_qp_ex_rc_rdma_write|$WRITE_DONE"
-    "test_qpex.QpExTestCase.test_qp_ex_rc_send_imm|SEND with immediate data (RFC 7306): $NOT_YET"
-    "test_qpex.QpExTestCase.test_qp_ex_rc_rdma_write_imm|RDMA WRITE with immediate data (RFC 7306): $NOT_YET"
-    "test_qpex.QpExTestCase.test_qp_ex_rc_atomic_cmp_swp|atomic compare-and-swap (RFC 7306): $NOT_YET"
-    "test_qpex.QpExTestCase.test_qp_ex_rc_atomic_fetch_add|atomic fetch-and-add (RFC 7306): $NOT_YET"
     "test_qpex.QpExTestCase.test_qp_ex_rc_atomic_write|ATOMIC WRITE: an InfiniBand (IBTA 1.5) operation with no iWARP opcode"
     "test_qpex.QpExTestCase.test_qp_ex_rc_bind_mw|memory window binding: $NOT_YET"
     "test_qpex.QpExTestCase.test_qp_ex_ud_send|UD QPs; $UD"
@@ -150,6 +159,8 @@ SKIP=(
     "test_qpex.QpExTestCase.test_qp_ex_ud_zero_size|UD QPs; $UD"
     "test_qpex.QpExTestCase.test_qp_ex_xrc_send|XRC QPs: an InfiniBand transport, not iWARP"
     "test_qpex.QpExTestCase.test_qp_ex_xrc_send_imm|XRC QPs: an InfiniBand transport, not iWARP"
+    "test_atomic.AtomicTest.test_xrc_atomic_fetch_and_add|XRC QPs: an InfiniBand transport, not iWARP"
+    "test_atomic.AtomicTest.test_xrc_atomic_cmp_and_swap|XRC QPs: an InfiniBand transport, not iWARP"
     "test_qpex.QpExTestCase.test_full_rq_bad_flow|checks run on UD QPs (the 'ud_send' players); $UD"
     "test_qpex.QpExTestCase.test_post_receive_qp_state_bad_flow|checks run on UD QPs (the 'ud_send' players); $UD"
     "test_qpex.QpExTestCase.test_post_send_qp_state_bad_flow|checks run on UD QPs (the 'ud_send' players); $UD"
