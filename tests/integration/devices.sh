@@ -225,7 +225,7 @@ check_devinfo() {
                 continue
             fi
             expect_field "$what" "$name" "max_qp_wr: 32768"
-            expect_field "$what" "$name" "atomic_cap: ATOMIC_NONE (0)"
+            expect_field "$what" "$name" "atomic_cap: ATOMIC_HCA (1)"  # RFC 7306 atomics
             expect_field "$what" "$name" "gid_tbl_len: 16"
             expect_field "$what" "$name" "pkey_tbl_len: 1"
             if [[ $gid0 == - ]]; then
