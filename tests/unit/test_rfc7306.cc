@@ -600,6 +600,54 @@ void test_raw_peer_without_rfc7306(void**) {
     release_all();
 }
 
+// A raw peer's Atomic Request at a usiw target: the Atomic Response comes
+// back on queue 3 with MSN 1, the request's identifier and the original
+// value, and the target word holds the sum. A second Immediate Data while
+// the first still announces its Send is a protocol violation: TERMINATE.
+void test_raw_requester(void**) {
+    Host h = new_host();
+    ibv_cq* cq = new_cq(h, 16);
+    ibv_qp* qp = new_qp(h, cq, cq, atomic_qp());
+    const int fd = attach_to_raw(qp, kFramings[0]);
+    Buf target = new_buf(h, 16, kAtomicAccess);
+    store64(target, 1000, 8);
+    wire::SegmentHeader req;
+    req.opcode = wire::Opcode::kAtomicRequest;
+    req.msn = 1;
+    req.atomic_request.op = wire::AtomicOp::kFetchAdd;
+    req.atomic_request.request_id = 0x5151;
+    req.atomic_request.remote_stag = target.rkey();
+    req.atomic_request.remote_to = target.addr(8);
+    req.atomic_request.add_or_swap = 24;
+    raw_write_all(fd, frame(req));
+    std::vector<RxFpdu> f = raw_read_fpdus(fd, false, 1);
+    const std::vector<uint8_t> want = {0x00, 0x1e, 0x41, 0x4b, 0, 0, 0, 0, 0,    0,   0,
+                                       3,    0,    0,    0,    1, 0, 0, 0, 0,    0,   0,
+                                       0x51, 0x51, 0,    0,    0, 0, 0, 0, 0x03, 0xe8};
+    EXPECT(f[0].header == want, "the Atomic Response's bytes differ from RFC 7306's layout");
+    EXPECT(load64(target, 8) == 1024, "target %llu, expected 1024",
+           static_cast<unsigned long long>(load64(target, 8)));
+
+    post_recv(qp, 1, {});
+    wire::SegmentHeader imm;
+    imm.opcode = wire::Opcode::kImmediateData;
+    imm.msn = 1;
+    imm.immediate = wire::pack_immediate(7, wire::ImmediateRole::kBeforeSend);
+    raw_write_all(fd, frame(imm));
+    imm.msn = 2;
+    imm.immediate = wire::pack_immediate(8, wire::ImmediateRole::kAlone);
+    raw_write_all(fd, frame(imm));
+    f = raw_read_fpdus(fd, false, 1);
+    EXPECT(f[0].h.opcode == wire::Opcode::kTerminate &&
+               f[0].h.terminate.cause == wire::term::kUnexpectedOpcode,
+           "no TERMINATE (unexpected opcode) for Immediate Data in place of the Send");
+    expect_state(qp, IBV_QPS_ERR, "after the TERMINATE");
+    const ibv_wc wc = expect_one(cq, "the receive");
+    EXPECT(wc.wr_id == 1 && wc.status == IBV_WC_WR_FLUSH_ERR, "the receive: %s",
+           ibv_wc_status_str(wc.status));
+    release_all();
+}
+
 }  // namespace
 
 int main() {
@@ -615,6 +663,7 @@ int main() {
         T(test_hostile_atomics),
         T(test_raw_wire_format),
         T(test_raw_peer_without_rfc7306),
+        T(test_raw_requester),
     };
 #undef T
     setenv("USIW_TEST_DEVICE", "usiwrfc0", 0);
