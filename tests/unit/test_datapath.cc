@@ -2908,6 +2908,16 @@ void test_mw_rules(void**) {
         dealloc_mw(w2);
         EXPECT(ibv_dereg_mr(m2.mr) == 0, "ibv_dereg_mr after the bound window was deallocated");
         EXPECT(qp_state(p.b) == IBV_QPS_RTS, "the binding QP left RTS");
+
+        where("a type 2 window whose QP was destroyed is unbound");
+        ibv_mw* w3 = new_mw(p.hb, IBV_MW_TYPE_2);
+        ibv_qp* q2 = new_qp(p.hb, p.bs, p.bs);
+        attach_to_raw(q2, kConfigs[0], true);
+        OwnMr m3 = reg(p.hb, kBindable);
+        bind_type2(q2, p.bs, w3, m3.mr, m3.addr(), 4096, kWindowRw);
+        EXPECT(ibv_dereg_mr(m3.mr) == EBUSY, "ibv_dereg_mr with a type 2 window bound");
+        destroy(q2);
+        EXPECT(ibv_dereg_mr(m3.mr) == 0, "ibv_dereg_mr after the window's QP was destroyed");
         release_windows();
     }
 

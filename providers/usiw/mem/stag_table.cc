@@ -278,6 +278,14 @@ bool StagTable::remove_window(uint32_t window_index) {
     return true;
 }
 
+void StagTable::unbind_windows_of(const void* qp) {
+    std::lock_guard lock(mutex_);
+    for (Slot& slot : slots_) {
+        if (slot.live && slot.window && !slot.invalidated && slot.qp == qp)
+            unbind(slot);
+    }
+}
+
 int StagTable::remove_region(uint32_t stag) {
     std::lock_guard lock(mutex_);
     Slot* slot = find(stag);

@@ -97,6 +97,9 @@ class StagTable {
                           uint32_t* stag);
     // Removes a window, bound or not (dealloc_mw).
     bool remove_window(uint32_t window_index);
+    // The QP `qp` goes: the type 2 windows bound through it are unbound, so
+    // that no later QP at the same address inherits them.
+    void unbind_windows_of(const void* qp);
     // Removes a region unless windows are bound to it: 0, EBUSY, or EINVAL
     // when `stag` names no region.
     int remove_region(uint32_t stag);

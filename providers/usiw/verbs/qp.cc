@@ -284,6 +284,7 @@ int destroy_qp(ibv_qp* ibqp) {
         connector->qp_destroying(qp);
     detach_from_cqs(qp);  // no poll_cq reaches the stream after this
     qp_stream_destroy(qp);
+    ctx->stags.unbind_windows_of(qp);  // type 2 windows die with their QP's binding
     release(qp);
     pthread_cond_destroy(&ibqp->cond);
     pthread_mutex_destroy(&ibqp->mutex);
