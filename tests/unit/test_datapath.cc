@@ -2744,6 +2744,8 @@ void test_mw_raw_refused(void**) {
             binder = new_qp(t.h, t.cq, t.cq);
             attach_to_raw(binder, Framing{false, 65536}, true);
         }
+        const uint64_t invalidations =
+            device_counter(test_device(), &usiw::DeviceStats::stag_invalidations);
         uint32_t rkey = bind(hc.type, binder, t.cq, mw, t.mem.mr, t.mem.addr(kOff), kLen, rights);
         uint8_t data[100];
         pattern(data, sizeof data, 303);
@@ -2825,6 +2827,10 @@ void test_mw_raw_refused(void**) {
                    "wc_flags 0x%x invalidated_rkey 0x%x, expected IBV_WC_WITH_INV and 0x%x",
                    wc.wc_flags, wc.invalidated_rkey, rkey);
         }
+        if (hc.what == MwHostile::kLocalInvalidated || hc.what == MwHostile::kRemoteInvalidated)
+            EXPECT(device_counter(test_device(), &usiw::DeviceStats::stag_invalidations) >=
+                       invalidations + 1,
+                   "stag_invalidations did not count the invalidation");
         expect_recvs_flushed(t, recvs_used);
         release_windows();
     }
