@@ -42,6 +42,9 @@ constexpr StatField kFields[] = {
      "socket events handled in the application's busy-polling poll_cq"},
     {"progress_in_engine", &DeviceStats::progress_in_engine,
      "socket events handled by usiw's progress thread"},
+    {"completion_fences", &DeviceStats::completion_fences,
+     "zero-length RDMA READs sent to learn that earlier SENDs and WRITEs were placed "
+     "(USIW_COMPLETION=acked)"},
 };
 
 // The version is in the name, so that an upgraded usiw does not meet a

@@ -39,6 +39,7 @@ struct DeviceStats {
     std::atomic<uint64_t> cm_dropped{0};
     std::atomic<uint64_t> progress_in_poll{0};
     std::atomic<uint64_t> progress_in_engine{0};
+    std::atomic<uint64_t> completion_fences{0};
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "counters are shared between processes");
 
