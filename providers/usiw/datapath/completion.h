@@ -38,6 +38,13 @@ void complete_recv_wqe(Qp* qp, uint64_t wr_id, ibv_wc_status status, uint32_t by
 // status without ending anything (the stream's end delivers it in order).
 void inflight_complete(Stream* s, std::span<const uint64_t> seqs, uint32_t byte_len = 0);
 void inflight_mark_failed(Stream* s, uint64_t seq, ibv_wc_status status);
+// USIW_COMPLETION=acked. inflight_acknowledge: a Read Response showed that
+// the peer placed every request numbered below `before`; those done at our
+// end complete now. inflight_refused: the peer refused request `seq` (a
+// TERMINATE names it): the requests before it were placed, it gets
+// `status`, and the stream's end flushes the rest.
+void inflight_acknowledge(Stream* s, uint64_t before);
+void inflight_refused(Stream* s, uint64_t seq, ibv_wc_status status);
 
 // The receive work request bound to the Send message being received
 // completes, unless the stream's end flushed it first.
