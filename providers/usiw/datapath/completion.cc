@@ -235,6 +235,16 @@ void qp_enter_error(Qp* qp) {
         post_qp_event(qp, IBV_EVENT_QP_LAST_WQE_REACHED);
 }
 
+void cq_clean(Cq* cq, uint32_t qp_num) {
+    std::lock_guard lock(cq->mutex);
+    for (size_t n = cq->entries.size(); n > 0; --n) {
+        const ibv_wc wc = cq->entries.front();
+        cq->entries.pop();
+        if (wc.qp_num != qp_num)
+            cq->entries.push(wc);
+    }
+}
+
 void post_async_event(Context* ctx, uint64_t element, ibv_event_type type) {
     const AsyncEventRecord record{element, static_cast<uint32_t>(type), 0};
     // The write end is non-blocking: a datapath thread must never wait for an

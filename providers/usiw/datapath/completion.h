@@ -65,6 +65,12 @@ void stream_flush(Stream* s, bool deliver, bool keep_inbound_reads);
 // Called with qp->state_mutex held.
 void qp_enter_error(Qp* qp);
 
+// The QP is being reset: its completions still in `cq` are removed (as
+// libmlx4 and libmlx5 do; the InfiniBand spec leaves it to the provider),
+// so that a QP reset and reconnected after an error does not hand the
+// application the old connection's flushes as new completions.
+void cq_clean(Cq* cq, uint32_t qp_num);
+
 // Asynchronous events, for ibv_get_async_event: `element` is the object
 // pointer (QP, CQ, SRQ) or the port number. The write never blocks: an
 // application that does not read its events loses them (logged).
