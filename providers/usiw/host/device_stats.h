@@ -16,7 +16,7 @@ namespace usiw {
 
 struct DeviceStats {
     static constexpr uint64_t kMagic = 0x7461747377697375;  // "usiwstat"
-    static constexpr uint32_t kVersion = 3;
+    static constexpr uint32_t kVersion = 4;
     uint64_t magic = kMagic;
     uint32_t version = kVersion;
     uint32_t size = sizeof(DeviceStats);
