@@ -69,6 +69,7 @@ void test_registry_lists_every_setting(void**) {
         "USIW_MPA_REQUEST_TIMEOUT_MS",
         "USIW_RDV_PORT",
         "USIW_RDV_TIMEOUT_MIN_MS",
+        "USIW_COMPLETION",
         "USIW_CONFIG_DIR",
         "USIW_SYSTEM_CONFIG_DIR",
         "USIW_PROVIDER_LIB",
@@ -217,6 +218,7 @@ void test_mpa_knobs(void**) {
     setenv("USIW_MPA_RTR", "read+send", 1);
     setenv("USIW_MPA_GSO", "maybe", 1);  // not a value: ignored
     setenv("USIW_MPA_REPLY_TIMEOUT_MS", "250", 1);
+    setenv("USIW_COMPLETION", "usiw7=acked,usiw8=ib", 1);  // ib: not a value
     const settings::MpaPolicy any = settings::mpa_policy("usiw0");
     assert_int_equal(any.revision, 1);
     assert_false(any.crc_required);
@@ -224,9 +226,12 @@ void test_mpa_knobs(void**) {
     assert_true(any.gso_hint);
     assert_int_equal(any.reply_timeout_ms, 250);
     assert_int_equal(any.request_timeout_ms, 5000);
+    assert_false(any.acked_completion);
+    assert_false(settings::mpa_policy("usiw8").acked_completion);
     const settings::MpaPolicy seven = settings::mpa_policy("usiw7");
     assert_int_equal(seven.revision, 2);
     assert_true(seven.crc_required);
+    assert_true(seven.acked_completion);
     // Read once: later changes do not count.
     setenv("USIW_MPA_REPLY_TIMEOUT_MS", "999", 1);
     assert_int_equal(settings::mpa_policy("usiw0").reply_timeout_ms, 250);

@@ -38,6 +38,7 @@ int qp_attach_stream(Qp* qp, StreamParams&& params, StreamObserver* observer) {
         wire::Deframer(wire::Deframer::Config{s->params.crc, {}, s->params.terminate_layout});
     s->tx_held.store(s->params.hold_tx_until_first_rx);
     s->rtr_pending = s->params.initiator && s->params.send_rtr != wire::kRtrNone;
+    s->acked_completion = settings::mpa_policy(qp->context->device->name).acked_completion;
     const int one = 1;
     setsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     stream_setup_zerocopy(s);

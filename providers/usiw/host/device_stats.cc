@@ -45,6 +45,9 @@ constexpr StatField kFields[] = {
     {"mw_binds", &DeviceStats::mw_binds, "memory windows bound (and type 1 windows unbound)"},
     {"stag_invalidations", &DeviceStats::stag_invalidations,
      "STags invalidated: local invalidations and Send with Invalidate received"},
+    {"completion_fences", &DeviceStats::completion_fences,
+     "zero-length RDMA READs sent to learn that earlier SENDs and WRITEs were placed "
+     "(USIW_COMPLETION=acked)"},
 };
 
 // The version is in the name, so that an upgraded usiw does not meet a

@@ -82,6 +82,14 @@ constexpr Setting kAll[] = {
      "the least time a QP connected by ibv_modify_qp waits for its peer from RTR; longer when "
      "4.096 us * 2^timeout * (retry_cnt + 1) says so; then the QP goes to ERR",
      Scope::kPerDevice},
+    {"USIW_COMPLETION", "transport | acked", "transport",
+     "when a signaled SEND or RDMA WRITE completes at the requester: transport, once it is "
+     "handed to TCP (RFC 5040, as Linux siw); acked, once the peer has placed it, as on "
+     "InfiniBand and rxe: a zero-length RDMA READ follows each batch and its response releases "
+     "the completions, and a SEND or WRITE the peer refuses completes with the remote error "
+     "(IBV_WC_REM_ACCESS_ERR, REM_INV_REQ_ERR, REM_OP_ERR). For programs that read the target's "
+     "memory as soon as a WRITE completes; costs a READ round trip per batch",
+     Scope::kPerDevice},
     // --- the links files ---
     {"USIW_CONFIG_DIR", "a directory", "$XDG_CONFIG_HOME/usiw, else $HOME/.config/usiw",
      "the directory of the user links file", Scope::kLinks},
@@ -116,6 +124,7 @@ constexpr const Setting& kMpaGso = entry("USIW_MPA_GSO");
 constexpr const Setting& kMpaReplyTimeout = entry("USIW_MPA_REPLY_TIMEOUT_MS");
 constexpr const Setting& kMpaRequestTimeout = entry("USIW_MPA_REQUEST_TIMEOUT_MS");
 constexpr const Setting& kRdvPort = entry("USIW_RDV_PORT");
+constexpr const Setting& kCompletion = entry("USIW_COMPLETION");
 constexpr const Setting& kConfigDir = entry("USIW_CONFIG_DIR");
 constexpr const Setting& kSystemConfigDir = entry("USIW_SYSTEM_CONFIG_DIR");
 constexpr const Setting& kProviderLib = entry("USIW_PROVIDER_LIB");
@@ -241,6 +250,10 @@ bool apply(MpaPolicy* p, const Setting& s, std::string_view value) {
         if (!r)
             return false;
         p->rtr = *r;
+    } else if (&s == &kCompletion) {
+        if (value != "transport" && value != "acked")
+            return false;
+        p->acked_completion = value == "acked";
     } else if (&s == &kRdvPort) {
         const auto port = parse_port(value);
         if (!port)

@@ -92,6 +92,10 @@ struct MpaPolicy {
     // and the least time a QP waits for its peer.
     uint16_t rdv_port = 4791;
     int rdv_timeout_min_ms = 10000;
+    // USIW_COMPLETION=acked: a signaled SEND or RDMA WRITE completes once
+    // the peer has placed it (a zero-length RDMA READ answered after it), as
+    // on InfiniBand, instead of once it is handed to TCP (iWARP's default).
+    bool acked_completion = false;
 };
 
 // The policy for connections on the usiw device named `device`: the

@@ -366,6 +366,10 @@ int modify_locked(Qp* qp, const ibv_qp_attr* attr, int mask, bool* notify) {
         case IBV_QPS_RESET:
             qp_stream_reset(qp);  // the connection ends; the QP may take a new one
             discard_queues(qp);
+            if (qp->send_cq)
+                cq_clean(qp->send_cq, qp->vqp.qp.qp_num);
+            if (qp->recv_cq && qp->recv_cq != qp->send_cq)
+                cq_clean(qp->recv_cq, qp->vqp.qp.qp_num);
             qp->state = IBV_QPS_RESET;
             qp->peer_named = false;
             break;
