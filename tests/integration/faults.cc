@@ -354,13 +354,13 @@ bool cm_make_qp(Conn& c, rdma_cm_id* id) {
     return true;
 }
 
-int listen_on(rdma_event_channel* ch, rdma_cm_id** listener, int port) {
+int listen_on(rdma_event_channel* ch, rdma_cm_id** listener, int port, bool any = false) {
     if (rdma_create_id(ch, listener, nullptr, RDMA_PS_TCP) != 0)
         return -1;
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(static_cast<uint16_t>(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_addr.s_addr = htonl(any ? INADDR_ANY : INADDR_LOOPBACK);
     if (rdma_bind_addr(*listener, reinterpret_cast<sockaddr*>(&a)) != 0 ||
         rdma_listen(*listener, 16) != 0)
         return -1;
@@ -829,12 +829,14 @@ int serve(bool rdv, int port) {
     }
     rdma_event_channel* ch = rdma_create_event_channel();
     rdma_cm_id* listener = nullptr;
-    const int bound = listen_on(ch, &listener, port);
+    // Every address when given a port (a client from another namespace),
+    // else loopback.
+    const int bound = listen_on(ch, &listener, port, port != 0);
     if (bound < 0)
         die("cannot listen: %s", strerror(errno));
     std::printf("port %d\n", bound);
-    Event ev = next_event(ch, -1);
-    if (ev.type != RDMA_CM_EVENT_CONNECT_REQUEST)
+    Event ev = next_event(ch, 2 * kMustMs);
+    if (ev.type != RDMA_CM_EVENT_CONNECT_REQUEST || ev.timed_out)
         die("expected a connection request, got %s", event_name(ev).c_str());
     std::printf("request\n");
     // Hold here when asked (stdin "hold"), so the requester can see this
