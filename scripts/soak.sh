@@ -10,8 +10,9 @@
 #
 # Checked at the end: no wrong byte and no failed work request; after the
 # warm-up (the first quarter of the run, at least 20 s) the RSS grows by
-# at most USIW_SOAK_RSS_KIB (default 8192 KiB) and the descriptor count by
-# at most 2; every descriptor is closed once the pairs are released; the
+# at most USIW_SOAK_RSS_KIB (default 8192 KiB), the descriptor count at the
+# last checkpoint is within 2 of the first (and varies by at most 8 in
+# between: reconnects in progress); every descriptor is closed once the pairs are released; the
 # device's counters (`usiw stat`) show no TERMINATE and no CRC error, and
 # as many bytes received as sent.
 #
@@ -61,7 +62,7 @@ while IFS= read -r line; do bad "${line#FAIL: }"; done < <(grep '^FAIL' "$log")
 # RSS and descriptors after the warm-up.
 warm=$((seconds / 4))
 [ "$warm" -ge 20 ] || warm=20
-read -r first_rss max_rss _ min_fds max_fds samples < <(
+read -r first_rss max_rss first_fds min_fds max_fds samples last_fds < <(
     awk -v warm="$warm" '/^checkpoint/ {
         for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
         if (v["t"] + 0 < warm) next
@@ -70,7 +71,8 @@ read -r first_rss max_rss _ min_fds max_fds samples < <(
         if (v["rss_kib"] + 0 > mrss) mrss = v["rss_kib"] + 0
         if (v["fds"] + 0 < mfd) mfd = v["fds"] + 0
         if (v["fds"] + 0 > xfd) xfd = v["fds"] + 0
-    } END { print frss + 0, mrss + 0, ffds + 0, mfd + 0, xfd + 0, n + 0 }' "$log")
+        lfd = v["fds"] + 0
+    } END { print frss + 0, mrss + 0, ffds + 0, mfd + 0, xfd + 0, n + 0, lfd + 0 }' "$log")
 if [ "$samples" -lt 2 ]; then
     bad "fewer than 2 checkpoints after the ${warm} s warm-up"
 else
@@ -80,10 +82,13 @@ else
     else
         bad "RSS grew by $growth KiB after the warm-up ($first_rss -> $max_rss KiB; tolerance $rss_tolerance)"
     fi
-    if [ $((max_fds - min_fds)) -le 2 ]; then
-        ok "descriptors after the warm-up: $min_fds to $max_fds"
+    # A checkpoint can fall while a pair reconnects, or before the
+    # progress engine has closed a released QP's socket (within 1 s): the
+    # count varies by a few; a leak makes it grow.
+    if [ "$last_fds" -le $((first_fds + 2)) ] && [ $((max_fds - min_fds)) -le 8 ]; then
+        ok "descriptors after the warm-up: $first_fds first, $last_fds last, $min_fds to $max_fds between"
     else
-        bad "descriptors after the warm-up varied from $min_fds to $max_fds"
+        bad "descriptors after the warm-up: $first_fds first, $last_fds last, $min_fds to $max_fds between (tolerance: last within 2 of first, range 8)"
     fi
 fi
 
