@@ -110,7 +110,7 @@ verified() {
     fi
 }
 
-# under_netem NAME NETEM_ARGS -- VAR=VALUE...: 12 checked rounds under
+# under_netem NAME NETEM_ARGS -- VAR=VALUE...: 6 checked rounds under
 # that netem discipline on both ends.
 under_netem() {
     local name=$1 spec=()
@@ -118,7 +118,7 @@ under_netem() {
     while [ "$1" != -- ]; do spec+=("$1"); shift; done
     shift
     if netem "${spec[@]}"; then
-        verified "$name" 12 "$@"
+        verified "$name" 6 "$@"
     else
         bad "$name: tc netem ${spec[*]} refused"
     fi
