@@ -58,6 +58,7 @@ void test_registry_lists_every_setting(void**) {
         "USIW_ZCOPY_MIN",
         "USIW_ENGINE_SCHED",
         "USIW_ENGINE_LATE_US",
+        "USIW_PEER_TIMEOUT_MS",
         "USIW_DEBUG",
         "VERBS_LOG_LEVEL",
         "USIW_MPA_REVISION",
@@ -150,6 +151,23 @@ void test_engine_late(void**) {
         assert_int_equal(settings::engine_late_ns(), settings::kEngineLateDefaultNs);
     }
     unsetenv("USIW_ENGINE_LATE_US");
+}
+
+// USIW_PEER_TIMEOUT_MS: milliseconds, 0 for off; unset or malformed means
+// the default.
+void test_peer_timeout(void**) {
+    unsetenv("USIW_PEER_TIMEOUT_MS");
+    assert_int_equal(settings::peer_timeout_ms(), 60000);
+    assert_int_equal(settings::peer_timeout_ms(), settings::kPeerTimeoutDefaultMs);
+    setenv("USIW_PEER_TIMEOUT_MS", "0", 1);
+    assert_int_equal(settings::peer_timeout_ms(), 0);
+    setenv("USIW_PEER_TIMEOUT_MS", "4000", 1);
+    assert_int_equal(settings::peer_timeout_ms(), 4000);
+    for (const char* bad : {"-5", "4s", "x", "1000000000"}) {
+        setenv("USIW_PEER_TIMEOUT_MS", bad, 1);
+        assert_int_equal(settings::peer_timeout_ms(), settings::kPeerTimeoutDefaultMs);
+    }
+    unsetenv("USIW_PEER_TIMEOUT_MS");
 }
 
 void test_log_level(void**) {
@@ -246,6 +264,7 @@ int main(void) {
         cmocka_unit_test(test_zero_copy_min),
         cmocka_unit_test(test_engine_sched),
         cmocka_unit_test(test_engine_late),
+        cmocka_unit_test(test_peer_timeout),
         cmocka_unit_test(test_log_level),
         cmocka_unit_test(test_wrong_value_reported),
         cmocka_unit_test(test_paths),

@@ -94,6 +94,8 @@ void destroy_event_channel(rdma_event_channel* channel) {
     if (!channel)
         return;
     EventChannel* c = to_channel(channel);
+    if (inherited(c->fork_generation))
+        return;  // the parent's (verbs/fork_guard.h)
     {
         std::lock_guard lock(cm_mutex());
         kernel::close_channel(c);
@@ -104,6 +106,8 @@ void destroy_event_channel(rdma_event_channel* channel) {
 int get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
     if (!channel || !event)
         return EINVAL;
+    if (inherited(to_channel(channel)->fork_generation))
+        return EPERM;  // the parent's events (verbs/fork_guard.h)
     CmEvent* e = nullptr;
     if (int err = channel_get(to_channel(channel), &e))
         return err;

@@ -4,6 +4,7 @@
 
 #include <endian.h>
 #include <netinet/in.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -32,6 +33,13 @@ std::unordered_set<const rdma_cm_id*>& live_ids() {
 }  // namespace
 
 CmId::CmId() {
+    // A child of fork() looks its parent's ids up (to refuse them), so the
+    // registry's lock must not be left held by a parent thread.
+    static std::once_flag fork_handlers;
+    std::call_once(fork_handlers, [] {
+        pthread_atfork([] { live_ids_mutex().lock(); }, [] { live_ids_mutex().unlock(); },
+                       [] { live_ids_mutex().unlock(); });
+    });
     std::lock_guard lock(live_ids_mutex());
     try {
         live_ids().insert(&id);
@@ -49,6 +57,10 @@ CmId::~CmId() {
 bool live_id(const rdma_cm_id* id) {
     std::lock_guard lock(live_ids_mutex());
     return id && live_ids().count(id) != 0;
+}
+
+bool inherited_id(const rdma_cm_id* id) {
+    return inherited(reinterpret_cast<const CmId*>(id)->fork_generation);
 }
 
 // --- helpers shared by the CM (CM lock held) ---

@@ -20,6 +20,7 @@
 #include "cm/event_channel.h"
 #include "cm/states.h"
 #include "cm/unique_fd.h"
+#include "verbs/fork_guard.h"
 
 namespace usiw::cm {
 
@@ -38,6 +39,9 @@ struct CmId {
     CmId& operator=(const CmId&) = delete;
 
     EventCounts events;
+    // When it was made: in a child of fork() the parent's ids refuse every
+    // call (verbs/fork_guard.h).
+    uint32_t fork_generation = usiw::fork_generation();
 
     IdState state = IdState::kIdle;
     bool sync = false;  // created without a channel: calls wait for their own event

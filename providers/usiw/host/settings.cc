@@ -39,6 +39,14 @@ constexpr Setting kAll[] = {
      "was late, and 4 late rounds in a row switch it to the default policy (0: every round "
      "counts as late)",
      Scope::kProvider},
+    {"USIW_PEER_TIMEOUT_MS", "milliseconds, 0 to 999999999 (0: off)", "60000",
+     "how long a connection's peer may stay silent while we wait for it (data unacknowledged, "
+     "or TCP keepalive probes unanswered) before the connection is dropped, its QP goes to ERR "
+     "and its work requests flush: a peer that vanished without FIN or reset (host down, link "
+     "cut) is noticed within this time plus an eighth of it (at least 1 s). Sets "
+     "TCP_USER_TIMEOUT and TCP keepalive on every connection's socket; 0 leaves TCP's defaults "
+     "(about 15 minutes with data outstanding, never on an idle connection)",
+     Scope::kProvider},
     {"USIW_DEBUG", "1 (any value that does not start with 0)", "unset",
      "diagnostics on stderr, debug lines included: connection setup, TERMINATEs and state "
      "changes (as VERBS_LOG_LEVEL=4)",
@@ -114,6 +122,7 @@ constexpr const Setting& kZeroCopy = entry("USIW_ZCOPY");
 constexpr const Setting& kZeroCopyMin = entry("USIW_ZCOPY_MIN");
 constexpr const Setting& kEngineSched = entry("USIW_ENGINE_SCHED");
 constexpr const Setting& kEngineLate = entry("USIW_ENGINE_LATE_US");
+constexpr const Setting& kPeerTimeout = entry("USIW_PEER_TIMEOUT_MS");
 constexpr const Setting& kDebug = entry("USIW_DEBUG");
 constexpr const Setting& kVerbsLogLevel = entry("VERBS_LOG_LEVEL");
 constexpr const Setting& kMpaRevision = entry("USIW_MPA_REVISION");
@@ -332,6 +341,20 @@ size_t zero_copy_min_bytes() {
         return kZeroCopyMinDefault;
     }
     return static_cast<size_t>(n);
+}
+
+int peer_timeout_ms() {
+    const auto v = value_of(kPeerTimeout);
+    if (!v)
+        return kPeerTimeoutDefaultMs;
+    if (*v == "0")
+        return 0;
+    const auto ms = parse_ms(*v);
+    if (!ms) {
+        reject(kPeerTimeout, *v);
+        return kPeerTimeoutDefaultMs;
+    }
+    return *ms;
 }
 
 EngineSched engine_sched() {

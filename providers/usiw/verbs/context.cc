@@ -9,6 +9,7 @@
 #include <new>
 
 #include "verbs/device_monitor.h"
+#include "verbs/fork_guard.h"
 #include "verbs/log.h"
 #include "verbs/verbs.h"
 
@@ -109,6 +110,8 @@ verbs_context* open_context(Device* device, int cmd_fd) {
     ctx->shell = shell;
     ctx->device = device;
     ctx->async_write_fd = fds[1];
+    fork_guard_install();
+    ctx->fork_generation = fork_generation();
 
     ibv_context* ibctx = ctx->ibv();
     ibctx->async_fd = fds[0];

@@ -215,6 +215,7 @@ struct Context {
     ContextShell* shell = nullptr;
     Device* device = nullptr;
     int async_write_fd = -1;  // the read end is ibv_context::async_fd
+    uint32_t fork_generation = 0;  // when opened (verbs/fork_guard.h)
     StagTable stags;
 
     std::mutex objects_mutex;  // protects the counts below

@@ -12,6 +12,7 @@
 #include "datapath/completion.h"
 #include "datapath/datapath.h"
 #include "host/qpn_allocator.h"
+#include "verbs/fork_guard.h"
 #include "verbs/log.h"
 #include "verbs/qp_connector.h"
 #include "verbs/qp_transitions.h"
@@ -280,6 +281,8 @@ ibv_qp* create_qp_ex(ibv_context* ibctx, ibv_qp_init_attr_ex* attr) {
 int destroy_qp(ibv_qp* ibqp) {
     Qp* qp = to_qp(ibqp);
     Context* ctx = qp->context;
+    if (inherited(ctx->fork_generation))
+        return EPERM;  // the parent's (verbs/fork_guard.h)
     if (QpConnector* connector = qp_connector())
         connector->qp_destroying(qp);
     detach_from_cqs(qp);  // no poll_cq reaches the stream after this
@@ -387,6 +390,8 @@ int modify_locked(Qp* qp, const ibv_qp_attr* attr, int mask, bool* notify) {
 
 int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
     Qp* qp = to_qp(ibqp);
+    if (inherited(qp->context->fork_generation))
+        return EPERM;
     if (mask & ~kSupportedQpAttrs)
         return EINVAL;
     bool notify = false;
@@ -622,6 +627,10 @@ namespace {
 
 int post_send_common(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr, bool type1_bind) {
     Qp* qp = to_qp(ibqp);
+    if (inherited(qp->context->fork_generation)) {
+        *bad_wr = wr;
+        return EPERM;
+    }
     int err = 0;
     bool transmit = false;
     bool lock_free;
@@ -697,6 +706,10 @@ int post_built_sends(Qp* qp, size_t tail, size_t n) {
 
 int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     Qp* qp = to_qp(ibqp);
+    if (inherited(qp->context->fork_generation)) {
+        *bad_wr = wr;
+        return EPERM;
+    }
     if (qp->srq) {  // receives of a QP on an SRQ go to the SRQ
         *bad_wr = wr;
         return EINVAL;

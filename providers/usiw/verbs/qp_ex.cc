@@ -20,6 +20,7 @@
 #include <climits>
 #include <cstring>
 
+#include "verbs/fork_guard.h"
 #include "verbs/verbs.h"
 
 namespace usiw {
@@ -53,7 +54,10 @@ void end_section(Qp* qp) {
 int wr_complete(ibv_qp_ex* qpx) {
     Qp* qp = to_qp(qpx);
     const WrBatch& b = qp->wr;
-    const int err = b.error ? b.error : post_built_sends(qp, b.tail, b.count);
+    int err = b.error;
+    if (err == 0)  // a child of fork() posts nothing on its parent's QP (verbs/fork_guard.h)
+        err =
+            inherited(qp->context->fork_generation) ? EPERM : post_built_sends(qp, b.tail, b.count);
     end_section(qp);
     return err;
 }
