@@ -104,9 +104,9 @@ suite() {
         "riostream -T b -S 64 -C 500" "riostream -T n -S 65536 -C 100" \
         "riostream -S 1000000 -C 10"; do
         read -r -a words <<<"$t"
-        check "$tag $t -T v" $p "$senv" "$cenv" "^custom +[0-9.]+[kmg]? +[0-9.]+[kmg]? +1 " \
-            -- "${words[@]}" -T v -p $p \
-            -- "${words[@]}" -T v -p $p -s "$saddr"
+        check "$tag $t -T v" "$p" "$senv" "$cenv" "^custom +[0-9.]+[kmg]? +[0-9.]+[kmg]? +1 " \
+            -- "${words[@]}" -T v -p "$p" \
+            -- "${words[@]}" -T v -p "$p" -s "$saddr"
         p=$((p + 1))
     done
 
@@ -120,8 +120,8 @@ suite() {
     local before_tx after_tx
     before_tx=$(tx_bytes "$cconf")
     SIDE_ENV=(LD_PRELOAD="$RSPRELOAD")
-    check "$tag tcp_echo under librspreload.so" $p "$senv" "$cenv" "^echo ok: $total bytes" \
-        -- "$ECHO" server "$saddr" $p $total -- "$ECHO" client "$saddr" $p $total
+    check "$tag tcp_echo under librspreload.so" "$p" "$senv" "$cenv" "^echo ok: $total bytes" \
+        -- "$ECHO" server "$saddr" "$p" "$total" -- "$ECHO" client "$saddr" "$p" "$total"
     SIDE_ENV=()
     # Both directions went through usiw, not the kernel's TCP sockets alone.
     after_tx=$(tx_bytes "$cconf")

@@ -52,7 +52,8 @@ int serve(const sockaddr_in& addr, size_t total) {
     const int listener = socket(AF_INET, SOCK_STREAM, 0);
     const int on = 1;
     setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
-    if (listener < 0 || bind(listener, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0 ||
+    if (listener < 0 ||
+        bind(listener, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0 ||
         listen(listener, 1) != 0) {
         std::perror("tcp_echo server: socket/bind/listen");
         return 1;
