@@ -11,11 +11,16 @@
 #   a TERMINATE as soon as its application falls 1024 receives behind, as
 #   Linux siw and hardware iWARP do. On a 2-core machine that happens within
 #   a second.
-# - rc_rdma_write_bw, rc_rdma_write_lat: RDMA WRITE with immediate data, and
-#   rc_compare_swap_mr, rc_fetch_add_mr, ver_rc_compare_swap,
-#   ver_rc_fetch_add: atomics (RFC 7306, issue 16 items 1-2).
-# - without -cm1, qperf connects QPs itself over TCP with ibv_modify_qp,
-#   which needs usiw's rendezvous (QPs connected by ibv_modify_qp).
+# - rc_compare_swap_mr, rc_fetch_add_mr, ver_rc_compare_swap,
+#   ver_rc_fetch_add: with RFC 7306 atomics they end in "Remote access
+#   failure": a QP rdma_cm creates has remote read and write access, not
+#   atomic (as the kernel's iw_cm sets it; IB's ib_cm adds atomic access
+#   when the QP has responder resources).
+# - without -cm1, qperf connects QPs itself over TCP with ibv_modify_qp
+#   giving LIDs and no GID, which usiw's rendezvous cannot serve ("failed
+#   to modify QP to RTR").
+# rc_rdma_write_lat and rc_rdma_write_bw need RDMA WRITE with immediate data
+# (RFC 7306, issue 16 item 2).
 # qperf registers all its memory with IBV_ACCESS_REMOTE_ATOMIC: while usiw
 # refuses that flag, every test stops at its first registration, and this
 # script reports them skipped with that reason.
@@ -97,10 +102,13 @@ suite() {
     fi
 
     local t
-    # Latency tests move one message at a time; rc_bw streams 1 MiB SENDs,
-    # few enough that the receiver's 1024 receives never run out.
-    for t in "-t 1 rc_lat" "-t 1 -m 1M rc_bw" "-t 1 rc_rdma_read_lat" \
-        "-t 1 -m 65536 rc_rdma_read_bw" "-t 1 rc_rdma_write_poll_lat"; do
+    # Latency tests move one message at a time. rc_bw and rc_rdma_write_bw
+    # consume a receive at the server for each message (a SEND, a WRITE with
+    # immediate data): 300 in all (-n) against the server's 1024 posted, so
+    # it can never run out however it is scheduled (see rc_bi_bw above).
+    for t in "-t 1 rc_lat" "-n 300 -m 262144 rc_bw" "-t 1 rc_rdma_read_lat" \
+        "-t 1 -m 65536 rc_rdma_read_bw" "-t 1 rc_rdma_write_poll_lat" "-t 1 rc_rdma_write_lat" \
+        "-n 300 -m 65536 rc_rdma_write_bw"; do
         read -r -a words <<<"$t"
         port=$((port + 1))
         run_one "$sconf" "$snet" "$cconf" "$cnet" "$saddr" "$port" "${words[@]}"
