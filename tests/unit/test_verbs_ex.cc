@@ -607,7 +607,7 @@ void test_wr_abort_and_errors(void**) {
     End b;
     EndOpts o;
     o.max_send_sge = 2;
-    o.max_inline = 16;
+    o.max_inline = 32;  // not below what 2 SGEs describe, which a QP always allows
     o.send_wr = 4;
     make_end(a, o);
     make_end(b, o);
@@ -635,7 +635,7 @@ void test_wr_abort_and_errors(void**) {
     ibv_wr_abort(x);
 
     const ibv_sge three[3] = {a.sge(0, 1), a.sge(1, 1), a.sge(2, 1)};
-    uint8_t big[17] = {};
+    uint8_t big[33] = {};
     const struct {
         const char* what;
         int err;
@@ -650,7 +650,7 @@ void test_wr_abort_and_errors(void**) {
         {"more inline data than max_inline_data", EINVAL, true,
          [](ibv_qp_ex* q, End&, const ibv_sge*, uint8_t* p) {
              ibv_wr_send(q);
-             ibv_wr_set_inline_data(q, p, 17);
+             ibv_wr_set_inline_data(q, p, 33);
          }},
         {"inline data for an RDMA READ", EINVAL, true,
          [](ibv_qp_ex* q, End& e, const ibv_sge*, uint8_t* p) {

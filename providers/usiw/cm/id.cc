@@ -109,6 +109,7 @@ void attach_device(CmId* id, DeviceContext* device) {
     id->id.verbs = device->verbs;
     id->id.pd = device->pd;
     id->id.port_num = 1;
+    id->rdmacm.cma_dev = &device->rdmacm_view;
 }
 
 void set_route(CmId* id, const SockAddr* source, const SockAddr* destination) {
@@ -132,7 +133,7 @@ CmId* make_child_id(CmId* listener, DeviceContext* device) {
     auto* child = new (std::nothrow) CmId;
     if (!child)
         return nullptr;
-    if (listener->sync) {
+    if (listener->rdmacm.sync) {
         // A synchronous listener's children wait on their own channel (as
         // librdmacm migrates them to one).
         EventChannel* own = channel_create();
@@ -141,7 +142,7 @@ CmId* make_child_id(CmId* listener, DeviceContext* device) {
             return nullptr;
         }
         child->id.channel = &own->channel;
-        child->sync = true;
+        child->rdmacm.sync = true;
     } else {
         child->id.channel = listener->id.channel;
     }
@@ -160,7 +161,7 @@ std::optional<ibv_qp_init_attr> endpoint_qp_attr(CmId* listener) {
 }
 
 int complete_sync(CmId* c) {
-    if (!c->sync)
+    if (!c->rdmacm.sync)
         return 0;
     if (c->id.event) {
         event_ack(to_event(c->id.event));

@@ -193,6 +193,15 @@ ibv_qp* create_qp_common(ibv_pd* ibpd, ibv_qp_init_attr_ex* attr) {
     qp->recv_cq = to_cq(attr->recv_cq);
     qp->srq = attr->srq ? to_srq(attr->srq) : nullptr;
     qp->cap = attr->cap;
+    // The caps returned are the QP's real ones, at least those asked for.
+    // Every send WQE has room for kMaxInlineData bytes; as rxe, a QP
+    // reports at least what its SGE list could describe, so an application
+    // that asks for no inline data still gets a little (rsockets on an
+    // iWARP device ask for 0 in their bandwidth mode and then need 4 bytes
+    // for their messages, or refuse the connection with ENOTSUP).
+    qp->cap.max_inline_data =
+        std::max(qp->cap.max_inline_data,
+                 std::min<uint32_t>(qp->cap.max_send_sge * sizeof(ibv_sge), kMaxInlineData));
     if (qp->srq) {
         qp->cap.max_recv_wr = 0;
         qp->cap.max_recv_sge = 0;
