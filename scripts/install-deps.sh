@@ -20,6 +20,10 @@ packages=(
     libcmocka-dev
     # network namespaces for two-host tests
     iproute2
+    # middleware the integration tests run over usiw: qperf, libfabric's
+    # verbs provider and its fi_pingpong/fi_info (rsockets come with
+    # librdmacm1)
+    qperf libfabric1 libfabric-bin
 )
 
 if [ -z "$(missing_packages "${packages[@]}")" ]; then

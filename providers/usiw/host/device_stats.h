@@ -16,7 +16,7 @@ namespace usiw {
 
 struct DeviceStats {
     static constexpr uint64_t kMagic = 0x7461747377697375;  // "usiwstat"
-    static constexpr uint32_t kVersion = 4;
+    static constexpr uint32_t kVersion = 5;
     uint64_t magic = kMagic;
     uint32_t version = kVersion;
     uint32_t size = sizeof(DeviceStats);
@@ -39,6 +39,9 @@ struct DeviceStats {
     std::atomic<uint64_t> cm_dropped{0};
     std::atomic<uint64_t> progress_in_poll{0};
     std::atomic<uint64_t> progress_in_engine{0};
+    std::atomic<uint64_t> mw_binds{0};
+    std::atomic<uint64_t> stag_invalidations{0};
+    std::atomic<uint64_t> completion_fences{0};
     std::atomic<uint64_t> atomics_served{0};
     std::atomic<uint64_t> immediate_data_received{0};
 };

@@ -92,7 +92,7 @@ void Device::fill_device_attr(ibv_device_attr* a) {
     // every QP of the device, which is what IBV_ATOMIC_HCA promises
     // (Documentation/verbs.md says what holds against the CPU).
     a->atomic_cap = IBV_ATOMIC_HCA;
-    a->max_mw = 0;
+    a->max_mw = kMaxMw;
     a->max_srq = kMaxSrq;
     a->max_srq_wr = kMaxSrqWr;
     a->max_srq_sge = kMaxSrqSge;

@@ -13,14 +13,15 @@
 // ibv_wr_complete, which then posts nothing (ibv_wr_post(3)).
 //
 // Offered: SEND, SEND_WITH_INV, SEND_WITH_IMM, RDMA_WRITE,
-// RDMA_WRITE_WITH_IMM, RDMA_READ, ATOMIC_CMP_AND_SWP and
-// ATOMIC_FETCH_AND_ADD, the operations usiw has. Asking for others (memory
-// windows, local invalidation, TSO, atomic write, flush) in send_ops_flags
-// fails ibv_create_qp_ex with EOPNOTSUPP.
+// RDMA_WRITE_WITH_IMM, RDMA_READ, ATOMIC_CMP_AND_SWP,
+// ATOMIC_FETCH_AND_ADD, BIND_MW (type 2 windows) and LOCAL_INV, the
+// operations usiw has. Asking for others (TSO, atomic write, flush) in
+// send_ops_flags fails ibv_create_qp_ex with EOPNOTSUPP.
 #include <cerrno>
 #include <climits>
 #include <cstring>
 
+#include "verbs/fork_guard.h"
 #include "verbs/verbs.h"
 
 namespace usiw {
@@ -30,7 +31,8 @@ namespace {
 constexpr uint64_t kSupportedSendOps =
     IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_RDMA_WRITE |
     IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
-    IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+    IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
+    IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV;
 
 void wr_start(ibv_qp_ex* qpx) {
     Qp* qp = to_qp(qpx);
@@ -55,7 +57,10 @@ void end_section(Qp* qp) {
 int wr_complete(ibv_qp_ex* qpx) {
     Qp* qp = to_qp(qpx);
     const WrBatch& b = qp->wr;
-    const int err = b.error ? b.error : post_built_sends(qp, b.tail, b.count);
+    int err = b.error;
+    if (err == 0)  // a child of fork() posts nothing on its parent's QP (verbs/fork_guard.h)
+        err =
+            inherited(qp->context->fork_generation) ? EPERM : post_built_sends(qp, b.tail, b.count);
     end_section(qp);
     return err;
 }
@@ -81,7 +86,7 @@ ibv_send_wr wr_of(const SendWqe& wqe) {
         wr.wr.rdma.rkey = wqe.rkey;
     }
     // One union in ibv_send_wr: the STag to invalidate or the immediate.
-    if (wqe.opcode == IBV_WR_SEND_WITH_INV)
+    if (wqe.opcode == IBV_WR_SEND_WITH_INV || wqe.opcode == IBV_WR_LOCAL_INV)
         wr.invalidate_rkey = wqe.invalidate_rkey;
     else
         wr.imm_data = wqe.imm_data;
@@ -189,6 +194,22 @@ void wr_atomic_fetch_add(ibv_qp_ex* qpx, uint32_t rkey, uint64_t remote_addr, ui
     begin_wr(qpx, atomic_wr(IBV_WR_ATOMIC_FETCH_AND_ADD, rkey, remote_addr, add, 0));
 }
 
+void wr_local_inv(ibv_qp_ex* qpx, uint32_t invalidate_rkey) {
+    ibv_send_wr wr{};
+    wr.opcode = IBV_WR_LOCAL_INV;
+    wr.invalidate_rkey = invalidate_rkey;
+    begin_wr(qpx, wr);
+}
+void wr_bind_mw(ibv_qp_ex* qpx, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* bind_info) {
+    ibv_send_wr wr{};
+    wr.opcode = IBV_WR_BIND_MW;
+    wr.bind_mw.mw = mw;
+    wr.bind_mw.rkey = rkey;
+    if (bind_info)
+        wr.bind_mw.bind_info = *bind_info;
+    begin_wr(qpx, wr);
+}
+
 void wr_set_sge(ibv_qp_ex* qpx, uint32_t lkey, uint64_t addr, uint32_t length) {
     const ibv_sge sge{addr, length, lkey};
     set_data(qpx, &sge, 1, false);
@@ -246,6 +267,10 @@ void qp_ex_setup(Qp* qp, uint64_t send_ops_flags) {
         x.wr_atomic_cmp_swp = wr_atomic_cmp_swp;
     if (send_ops_flags & IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD)
         x.wr_atomic_fetch_add = wr_atomic_fetch_add;
+    if (send_ops_flags & IBV_QP_EX_WITH_BIND_MW)
+        x.wr_bind_mw = wr_bind_mw;
+    if (send_ops_flags & IBV_QP_EX_WITH_LOCAL_INV)
+        x.wr_local_inv = wr_local_inv;
     x.wr_set_sge = wr_set_sge;
     x.wr_set_sge_list = wr_set_sge_list;
     x.wr_set_inline_data = wr_set_inline_data;
