@@ -59,6 +59,7 @@
 #include <functional>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -108,14 +109,64 @@ long mismatch(const uint8_t* p, size_t len, uint32_t seed, size_t offset = 0) {
     return -1;
 }
 
+// The sockets of the rendezvous' broker, by inode: its TCP listener (on
+// USIW_RDV_PORT, 4791 by default) and its local socket ("usiw-rdv.*"). The
+// broker lives as long as the process holding it, and a survivor takes it
+// over when the killed peer held it, so its sockets are no scenario's.
+std::set<std::string> broker_sockets() {
+    std::set<std::string> inodes;
+    const char* env = std::getenv("USIW_RDV_PORT");
+    char port_hex[8];
+    std::snprintf(port_hex, sizeof port_hex, ":%04X", env && *env ? std::atoi(env) : 4791);
+    char line[512];
+    for (const char* table : {"/proc/self/net/tcp", "/proc/self/net/tcp6"}) {
+        FILE* f = std::fopen(table, "r");
+        while (f && std::fgets(line, sizeof line, f)) {
+            char local[64], remote[64], state[8];
+            unsigned long inode = 0;
+            if (std::sscanf(line, " %*s %63s %63s %7s %*s %*s %*s %*s %*s %lu", local, remote,
+                            state, &inode) == 4 &&
+                std::strcmp(state, "0A") == 0 && std::strstr(local, port_hex) &&
+                std::strlen(std::strstr(local, port_hex)) == 5)
+                inodes.insert(std::to_string(inode));
+        }
+        if (f)
+            std::fclose(f);
+    }
+    FILE* f = std::fopen("/proc/self/net/unix", "r");
+    while (f && std::fgets(line, sizeof line, f)) {
+        unsigned long inode = 0;
+        char path[256] = "";
+        if (std::sscanf(line, "%*s %*s %*s %*s %*s %*s %lu %255s", &inode, path) >= 1 &&
+            std::strstr(path, "usiw-rdv."))
+            inodes.insert(std::to_string(inode));
+    }
+    if (f)
+        std::fclose(f);
+    return inodes;
+}
+
+// The process's open descriptors, the rendezvous broker's left out.
 int fd_count() {
+    const std::set<std::string> broker = broker_sockets();
     int n = 0;
     DIR* d = opendir("/proc/self/fd");
     if (!d)
         return -1;
-    while (dirent* e = readdir(d))
-        if (e->d_name[0] != '.')
-            ++n;
+    while (dirent* e = readdir(d)) {
+        if (e->d_name[0] == '.')
+            continue;
+        char target[64] = {};
+        const std::string path = std::string("/proc/self/fd/") + e->d_name;
+        if (readlink(path.c_str(), target, sizeof target - 1) > 0 &&
+            std::strncmp(target, "socket:[", 8) == 0) {
+            std::string inode(target + 8);
+            inode.pop_back();  // the closing bracket
+            if (broker.count(inode))
+                continue;
+        }
+        ++n;
+    }
     closedir(d);
     return n - 1;  // the directory's own descriptor
 }

@@ -86,9 +86,12 @@ void in_child(const char* what, const std::function<void()>& body) {
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
-// Lowers RLIMIT_NOFILE to one past the highest open descriptor and fills
+// Lowers RLIMIT_NOFILE to two past the highest open descriptor and fills
 // every free number below it: the next descriptor anything asks for fails
-// with EMFILE. Returns how many it filled (closed by release_fds).
+// with EMFILE. The spare number above the highest means at least one is
+// filled, and the last filled is the limit's highest number, whatever the
+// parent left open (a CI runner may hand over 0..n all in use). Returns how
+// many it filled.
 int exhaust_fds() {
     int highest = 0;
     DIR* d = opendir("/proc/self/fd");
@@ -102,9 +105,9 @@ int exhaust_fds() {
     closedir(d);
     rlimit lim{};
     getrlimit(RLIMIT_NOFILE, &lim);
-    lim.rlim_cur = static_cast<rlim_t>(highest + 1);
+    lim.rlim_cur = static_cast<rlim_t>(highest + 2);
     if (setrlimit(RLIMIT_NOFILE, &lim) != 0)
-        child_fail("setrlimit(RLIMIT_NOFILE, %d): %s", highest + 1, std::strerror(errno));
+        child_fail("setrlimit(RLIMIT_NOFILE, %d): %s", highest + 2, std::strerror(errno));
     int filled = 0;
     while (dup(0) >= 0)
         ++filled;

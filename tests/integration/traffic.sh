@@ -71,12 +71,23 @@ pair() {
     read -r cconf cnet <<<"$cenv"
     local file=${name//[^A-Za-z0-9_.-]/_}
     local sout="$WORK/$file.server" cout="$WORK/$file.client"
-    if ! server_client "$port" "$snet" 60 "$sout" "$cout" side "$sconf" "$snet" "${sargs[@]}" \
-        -- side "$cconf" "$cnet" "${cargs[@]}"; then
-        bad "$name: server never listened on port $port"
-        show server "$sout" 5
-        return
-    fi
+    local attempt
+    for attempt in 1 2; do
+        if ! server_client "$port" "$snet" 60 "$sout" "$cout" side "$sconf" "$snet" "${sargs[@]}" \
+            -- side "$cconf" "$cnet" "${cargs[@]}"; then
+            bad "$name: server never listened on port $port"
+            show server "$sout" 5
+            return
+        fi
+        # perftest -R connects twice through rdma_cm, and its server
+        # listens again only after the first connection: a client quicker
+        # than that finds no listener and gets REJECTED (ECONNREFUSED),
+        # with kernel rdma_cm too. That race is perftest's; one more
+        # attempt, said in the log. Any other failure counts at once.
+        [ "$client_rc" -ne 0 ] && [ "$attempt" -eq 1 ] &&
+            grep -q "Unexpected CM event bl blka 8" "$cout" || break
+        echo "note: $name: the client met no listener (perftest's reconnect race); once more"
+    done
     local why=""
     # See the top: perftest's credit-MR leak, and nothing else.
     local f
