@@ -57,11 +57,17 @@ links_dir "$WORK/lo"
 links_dir "$WORK/a" "usiw0 netdev va"
 links_dir "$WORK/b" "usiw0 netdev vb"
 
+# usiw's connection-setup diagnostics go with qperf's output (USIW_DEBUG),
+# so that a failed connection says why.
 side() {
     local config=$1 netns=$2
     shift 2
-    with_links "$config" in_ns "$netns" timeout 60 "$USIW" run "$@"
+    USIW_DEBUG=1 with_links "$config" in_ns "$netns" timeout 60 "$USIW" run "$@"
 }
+
+# qperf's own lines of a side's output, and usiw's connection-setup failures.
+qperf_lines() { grep -v "^usiw: " "$1"; }
+cm_failures() { grep -h "^usiw: rdma_cm: .*\(failed\|reject\|dropping\)" "$@"; }
 
 # run_one SERVER_CONF SERVER_NETNS CLIENT_CONF CLIENT_NETNS SERVER_ADDR PORT
 #         [OPTION...] TEST
@@ -90,6 +96,19 @@ run_one() {
     wait "$spid" 2>/dev/null
 }
 
+# run_test: run_one, and once more when the client's TCP connect found no
+# listener (REJECTED, ECONNREFUSED) while the qperf server was up: seen
+# twice on the loaded 2-core CI machine, not reproduced alone; the note
+# keeps usiw's diagnosis in the log. Any other failure counts at once.
+run_test() {
+    run_one "$@"
+    if [ "$RUN_RC" -ne 0 ] && grep -q "unexpected event from RDMA CM: Event rejected" "$WORK/client" &&
+        grep -q "TCP connect failed" "$WORK/client"; then
+        echo "note: qperf ${*: -1}: $(cm_failures "$WORK/client" | head -1 | cut -c1-160); once more"
+        run_one "$@"
+    fi
+}
+
 # Whether the last run stopped at qperf's memory registration, which asks
 # for IBV_ACCESS_REMOTE_ATOMIC (either side may report it first).
 refused_atomic() {
@@ -102,7 +121,7 @@ suite() {
     read -r sconf snet <<<"$senv"
     read -r cconf cnet <<<"$cenv"
 
-    run_one "$sconf" "$snet" "$cconf" "$cnet" "$saddr" "$port" -t 1 rc_lat
+    run_test "$sconf" "$snet" "$cconf" "$cnet" "$saddr" "$port" -t 1 rc_lat
     if refused_atomic; then
         skip "$tag qperf: usiw refuses IBV_ACCESS_REMOTE_ATOMIC, which qperf asks for (issue 16 item 1)"
         return
@@ -122,15 +141,16 @@ suite() {
         "-t 1 -m 1048576 rc_rdma_write_bw"; do
         read -r -a words <<<"$t"
         port=$((port + 1))
-        run_one "$sconf" "$snet" "$cconf" "$cnet" "$saddr" "$port" "${words[@]}"
+        run_test "$sconf" "$snet" "$cconf" "$cnet" "$saddr" "$port" "${words[@]}"
         if refused_atomic; then
             skip "$tag qperf -cm1 $t: usiw refuses IBV_ACCESS_REMOTE_ATOMIC, which qperf asks for (issue 16 item 1)"
         elif [ "$RUN_RC" -eq 0 ] && grep -Eq '^ *(bw|latency) += +[0-9.]+ ' "$WORK/client"; then
             ok "$tag qperf -cm1 $t: $(grep -E '^ *(bw|latency) +=' "$WORK/client" | tr -s ' ')"
         else
             bad "$tag qperf -cm1 $t: exit $RUN_RC"
-            show client "$WORK/client" 10
-            show server "$WORK/server" 10
+            show client <(qperf_lines "$WORK/client") 10
+            show server <(qperf_lines "$WORK/server") 10
+            show usiw <(cm_failures "$WORK/client" "$WORK/server") 10
         fi
     done
 }
