@@ -19,6 +19,8 @@ packages=(
     libcmocka-dev
     # network namespaces for two-host tests
     iproute2
+    # the kernel shim (usiw.ko) is built against Debian's 6.1 kernel headers
+    linux-headers-amd64
 )
 
 missing=()
