@@ -55,10 +55,12 @@ uint32_t StagTable::add(const void* pd, uintptr_t addr, uint64_t iova, uint64_t 
         index = free_.back();
         free_.pop_back();
     } else {
-        index = static_cast<uint32_t>(slots_.size());
+        if (own_base_ + slots_.size() > kMaxIndex)
+            return 0;
+        index = own_base_ + static_cast<uint32_t>(slots_.size());
         slots_.emplace_back();
     }
-    Slot& slot = slots_[index];
+    Slot& slot = slots_[index - own_base_];
     // A fresh key on every use of a slot makes a stale STag from an earlier
     // registration fail the key check instead of reaching new memory.
     uint8_t key = static_cast<uint8_t>(keys_());
@@ -72,12 +74,44 @@ uint32_t StagTable::add(const void* pd, uintptr_t addr, uint64_t iova, uint64_t 
     return slot.region.stag;
 }
 
-const StagTable::Slot* StagTable::find(uint32_t stag) const {
+bool StagTable::issue_above(uint32_t base) {
+    std::lock_guard lock(mutex_);
+    if (base == 0 || base > kMaxIndex || slots_.size() != 1 || !issued_.empty())
+        return false;
+    own_base_ = base;
+    return true;
+}
+
+bool StagTable::add_issued(uint32_t stag, const void* pd, uintptr_t addr, uint64_t iova,
+                           uint64_t length, unsigned access) {
     const uint32_t index = index_of(stag);
-    if (index == 0 || index >= slots_.size())
-        return nullptr;
-    const Slot& slot = slots_[index];
-    return slot.live && slot.key == key_of(stag) ? &slot : nullptr;
+    std::lock_guard lock(mutex_);
+    if (index == 0 || index >= own_base_)
+        return false;
+    if (index >= issued_.size())
+        issued_.resize(index + 1);
+    Slot& slot = issued_[index];
+    if (slot.live)
+        return false;
+    slot.key = key_of(stag);
+    slot.live = true;
+    slot.invalidated = false;
+    slot.region = {stag, pd, addr, iova, length, access | kAccessLocalRead};
+    ++live_;
+    return true;
+}
+
+const StagTable::Slot* StagTable::slot_at(uint32_t index) const {
+    if (index >= own_base_) {
+        const uint32_t i = index - own_base_;
+        return i != 0 && i < slots_.size() ? &slots_[i] : nullptr;
+    }
+    return index < issued_.size() ? &issued_[index] : nullptr;
+}
+
+const StagTable::Slot* StagTable::find(uint32_t stag) const {
+    const Slot* slot = slot_at(index_of(stag));
+    return slot && slot->live && slot->key == key_of(stag) ? slot : nullptr;
 }
 
 StagTable::Slot* StagTable::find(uint32_t stag) {
@@ -100,7 +134,8 @@ bool StagTable::remove(uint32_t stag) {
     if (!slot)
         return false;
     slot->live = false;
-    free_.push_back(index_of(stag));
+    if (index_of(stag) >= own_base_)
+        free_.push_back(index_of(stag));
     --live_;
     return true;
 }
