@@ -18,6 +18,10 @@ struct CompEventRecord {
 };
 
 void notify_channel(Cq* cq) {
+    if (ContextBacking* backing = cq->context->backing.get()) {
+        backing->cq_event(cq);
+        return;
+    }
     const CompEventRecord record{reinterpret_cast<uintptr_t>(&cq->vcq.cq)};
     if (write(cq->channel->write_fd, &record, sizeof record) != sizeof record)
         log_error("completion event for CQ %p lost: the channel's %s", static_cast<void*>(cq),
@@ -81,10 +85,20 @@ ibv_cq* create_cq(ibv_context* ibctx, int cqe, ibv_comp_channel* channel, int co
     cq->context = ctx;
     cq->channel = reinterpret_cast<CompChannel*>(channel);
     ibv_cq& c = cq->vcq.cq;
+    if (ctx->backing) {
+        if (int err = ctx->backing->create_cq(cq, cqe, channel, comp_vector)) {
+            delete cq;
+            std::lock_guard lock(ctx->objects_mutex);
+            --ctx->cq_count;
+            errno = err;
+            return nullptr;
+        }
+    } else {
+        c.handle = ctx->cq_count;
+    }
     c.context = ibctx;
     c.channel = channel;
     c.cqe = cqe;
-    c.handle = ctx->cq_count;
     return &c;
 }
 
@@ -93,6 +107,10 @@ int destroy_cq(ibv_cq* ibcq) {
     if (cq->users.load() != 0)
         return EBUSY;
     Context* ctx = cq->context;
+    if (ctx->backing) {
+        if (int err = ctx->backing->destroy_cq(cq))
+            return err;
+    }
     delete cq;
     std::lock_guard lock(ctx->objects_mutex);
     --ctx->cq_count;

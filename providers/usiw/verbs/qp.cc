@@ -159,7 +159,6 @@ ibv_qp* create_qp_common(Pd* pd, ibv_qp_init_attr_ex* attr) {
         errno = err;
         return nullptr;
     }
-    uint32_t qp_num;
     {
         std::lock_guard lock(ctx->objects_mutex);
         if (ctx->qp_count >= kMaxQp) {
@@ -167,18 +166,30 @@ ibv_qp* create_qp_common(Pd* pd, ibv_qp_init_attr_ex* attr) {
             return nullptr;
         }
         ++ctx->qp_count;
-        qp_num = ctx->next_qp_num++ & 0xffffff;
     }
     auto* qp = new (std::nothrow) Qp;
     if (qp) {
         qp->sq = Ring<SendWqe>(attr->cap.max_send_wr);
         qp->rq = Ring<RecvWqe>(attr->srq ? 0 : attr->cap.max_recv_wr);
     }
-    if (!qp) {
+    // A backing numbers the QP; otherwise the context does.
+    const int err = !qp ? ENOMEM : ctx->backing ? ctx->backing->create_qp(qp, attr) : 0;
+    if (err) {
+        delete qp;
         std::lock_guard lock(ctx->objects_mutex);
         --ctx->qp_count;
-        errno = ENOMEM;
+        errno = err;
         return nullptr;
+    }
+    ibv_qp& q = qp->vqp.qp;
+    uint32_t qp_num = q.qp_num;
+    if (!ctx->backing) {
+        std::lock_guard lock(ctx->objects_mutex);
+        qp_num = ctx->next_qp_num++ & 0xffffff;
+        q.handle = qp_num;
+        q.qp_num = qp_num;
+        pthread_mutex_init(&q.mutex, nullptr);
+        pthread_cond_init(&q.cond, nullptr);
     }
     qp->context = ctx;
     qp->pd = pd;
@@ -199,21 +210,16 @@ ibv_qp* create_qp_common(Pd* pd, ibv_qp_init_attr_ex* attr) {
     if (qp->srq)
         qp->srq->users.fetch_add(1);
 
-    ibv_qp& q = qp->vqp.qp;
     q.context = ibctx;
     q.qp_context = attr->qp_context;
     q.pd = &pd->ibv;
     q.send_cq = attr->send_cq;
     q.recv_cq = attr->recv_cq;
     q.srq = attr->srq;
-    q.handle = qp_num;
-    q.qp_num = qp_num;
     // libibverbs leaves a new QP's cached state at RESET for every provider;
     // ibv_query_qp reports the real one (INIT, as an RNIC QP starts).
     q.state = IBV_QPS_RESET;
     q.qp_type = IBV_QPT_RC;
-    pthread_mutex_init(&q.mutex, nullptr);
-    pthread_cond_init(&q.cond, nullptr);
     q.events_completed = 0;
     attr->cap = qp->cap;
     {
@@ -263,6 +269,10 @@ ibv_qp* create_qp_ex(ibv_context* ibctx, ibv_qp_init_attr_ex* attr) {
 int destroy_qp(ibv_qp* ibqp) {
     Qp* qp = to_qp(ibqp);
     Context* ctx = qp->context;
+    if (ctx->backing) {
+        if (int err = ctx->backing->destroy_qp(qp))
+            return err;
+    }
     detach_from_cqs(qp);  // no poll_cq reaches the stream after this
     qp_stream_destroy(qp);
     release(qp);
