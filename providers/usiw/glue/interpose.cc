@@ -1,5 +1,7 @@
 // Entry points of libibverbs that stock rdma-core answers from the kernel
-// (sysfs, ioctls on the command fd) and so cannot answer for a usiw device.
+// (sysfs, ioctls on the command fd) and so cannot answer for a kernel-less
+// usiw device. (A device of the usiw kernel shim is a kernel device: these
+// pass it to the real libibverbs like any other.)
 // Each is defined here under the exact symbol version stock libibverbs
 // exports (see usiw.map), so that with the provider preloaded
 // (`usiw run`, i.e. LD_PRELOAD) programs reach these first. For a usiw
@@ -35,7 +37,7 @@ Fn real(const char* name, const char* version) {
 }
 
 Device* device_of(ibv_context* context) {
-    return context ? usiw_device(context->device) : nullptr;
+    return context ? userspace_device(context->device) : nullptr;
 }
 
 // The text a usiw device's sysfs attribute would hold, or nullptr.
@@ -65,7 +67,7 @@ const char* sysfs_attribute(Device* d, const char* file, char* scratch, size_t s
 Device* device_at_path(const char* dir) {
     if (!dir)
         return nullptr;
-    for (Device* d : usiw_devices())
+    for (Device* d : userspace_devices())
         if (std::strcmp(dir, d->vdev.device.ibdev_path) == 0)
             return d;
     return nullptr;
@@ -105,7 +107,9 @@ ibv_device**(ibv_get_device_list)(int* num_devices) {
     ibv_device** real_devices = real_list ? real_list(&real_count) : nullptr;
     if (!real_devices)
         real_count = 0;
-    const auto ours = usiw_devices();
+    // After the real list: it is what finds the shim's devices, which
+    // shadow kernel-less ones of the same name or netdev.
+    const std::vector<Device*> ours = visible_userspace_devices();
     if (ours.empty()) {
         if (num_devices)
             *num_devices = real_count;
@@ -135,7 +139,7 @@ ibv_device**(ibv_get_device_list)(int* num_devices) {
 }
 
 __be64 ibv_get_device_guid(ibv_device* device) {
-    if (Device* d = usiw_device(device))
+    if (Device* d = userspace_device(device))
         return d->guid();
     using Fn = __be64 (*)(ibv_device*);
     static const Fn next = real<Fn>("ibv_get_device_guid", "IBVERBS_1.1");
@@ -143,8 +147,8 @@ __be64 ibv_get_device_guid(ibv_device* device) {
 }
 
 int ibv_get_device_index(ibv_device* device) {
-    // A usiw device has no kernel index (there is no kernel device).
-    if (usiw_device(device))
+    // A kernel-less device has no kernel index (there is no kernel device).
+    if (userspace_device(device))
         return -1;
     using Fn = int (*)(ibv_device*);
     static const Fn next = real<Fn>("ibv_get_device_index", "IBVERBS_1.9");

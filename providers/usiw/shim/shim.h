@@ -1,0 +1,34 @@
+// The provider's side of the usiw kernel shim (kernel-shim/): how a shim
+// device, which the kernel lists like any RDMA device, becomes a usiw Device
+// that the same core serves, and the ContextBacking that keeps a context's
+// objects and events in the kernel (uverbs commands and the shim's driver
+// methods).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "glue/rdma_core_abi.h"
+#include "verbs/context_backing.h"
+#include "verbs/device.h"
+
+namespace usiw::shim {
+
+// libibverbs' provider hooks for kernel devices. match_device: the device is
+// a shim device (its node description says so, whatever its name).
+bool match_device(verbs_sysfs_dev* sysfs_dev);
+verbs_device* alloc_device(verbs_sysfs_dev* sysfs_dev);
+// Frees a shim Device once libibverbs lets go of it; false for a device
+// that is not the shim's.
+bool uninit_device(verbs_device* device);
+
+// The shim devices libibverbs has found so far in this process.
+std::vector<Device*> devices();
+
+// Whether a usiw Device is a shim device (as opposed to a kernel-less one).
+bool is_shim_device(const Device* device);
+
+// The backing of a context opened on a shim device through `cmd_fd`.
+std::unique_ptr<ContextBacking> make_backing();
+
+}  // namespace usiw::shim
