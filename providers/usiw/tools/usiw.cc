@@ -423,8 +423,9 @@ int kernel_link_add(const LinkSpec& link) {
     const int status = run_rdma(command);
     if (status != 0) {
         return fail("'" + joined(command) + "' failed (exit " + std::to_string(status) +
-                    "). It needs root (CAP_NET_ADMIN) and the usiw kernel module (modprobe "
-                    "usiw, or insmod the usiw.ko of a build: kernel-shim/README.md)" +
+                    "). It needs a kernel with RDMA (ib_core, ib_uverbs), root (CAP_NET_ADMIN) "
+                    "and the usiw kernel module (modprobe usiw, or insmod the usiw.ko of a "
+                    "build: kernel-shim/README.md)" +
                     netdev_hint(link.netdev));
     }
     std::printf("added kernel shim link %s on netdev %s (%s)\n", link.name.c_str(),
