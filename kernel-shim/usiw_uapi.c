@@ -15,9 +15,29 @@
 #define UVERBS_MODULE_NAME usiw
 #include <rdma/uverbs_named_ioctl.h>
 
-static int usiw_event_type(struct uverbs_attr_bundle *attrs, u32 *type)
+/* The events each kind of object may raise through its EVENT method. */
+#define USIW_CQ_EVENTS BIT_ULL(IB_EVENT_CQ_ERR)
+#define USIW_QP_EVENTS                                                        \
+	(BIT_ULL(IB_EVENT_QP_FATAL) | BIT_ULL(IB_EVENT_QP_REQ_ERR) |          \
+	 BIT_ULL(IB_EVENT_QP_ACCESS_ERR) | BIT_ULL(IB_EVENT_COMM_EST) |       \
+	 BIT_ULL(IB_EVENT_SQ_DRAINED) | BIT_ULL(IB_EVENT_QP_LAST_WQE_REACHED))
+#define USIW_SRQ_EVENTS                                                       \
+	(BIT_ULL(IB_EVENT_SRQ_ERR) | BIT_ULL(IB_EVENT_SRQ_LIMIT_REACHED))
+
+/* Sets @event's type to the one asked for, if it is among @allowed. */
+static int usiw_event_type(struct uverbs_attr_bundle *attrs, u64 allowed,
+			   struct ib_event *event)
 {
-	return uverbs_copy_from(type, attrs, USIW_IB_ATTR_EVENT_TYPE);
+	u32 type;
+	int err;
+
+	err = uverbs_copy_from(&type, attrs, USIW_IB_ATTR_EVENT_TYPE);
+	if (err)
+		return err;
+	if (type >= 64 || !(allowed & BIT_ULL(type)))
+		return -EINVAL;
+	event->event = type;
+	return 0;
 }
 
 static int UVERBS_HANDLER(USIW_IB_METHOD_CQ_NOTIFY)(
@@ -35,18 +55,11 @@ static int UVERBS_HANDLER(USIW_IB_METHOD_CQ_EVENT)(
 {
 	struct ib_cq *cq = uverbs_attr_get_obj(attrs, USIW_IB_ATTR_EVENT_HANDLE);
 	struct ib_event event = { .device = cq->device, .element.cq = cq };
-	u32 type;
-	int err;
+	int err = usiw_event_type(attrs, USIW_CQ_EVENTS, &event);
 
-	err = usiw_event_type(attrs, &type);
-	if (err)
-		return err;
-	if (type != IB_EVENT_CQ_ERR)
-		return -EINVAL;
-	event.event = type;
-	if (cq->event_handler)
+	if (!err && cq->event_handler)
 		cq->event_handler(&event, cq->cq_context);
-	return 0;
+	return err;
 }
 
 static int UVERBS_HANDLER(USIW_IB_METHOD_QP_EVENT)(
@@ -54,27 +67,11 @@ static int UVERBS_HANDLER(USIW_IB_METHOD_QP_EVENT)(
 {
 	struct ib_qp *qp = uverbs_attr_get_obj(attrs, USIW_IB_ATTR_EVENT_HANDLE);
 	struct ib_event event = { .device = qp->device, .element.qp = qp };
-	u32 type;
-	int err;
+	int err = usiw_event_type(attrs, USIW_QP_EVENTS, &event);
 
-	err = usiw_event_type(attrs, &type);
-	if (err)
-		return err;
-	switch (type) {
-	case IB_EVENT_QP_FATAL:
-	case IB_EVENT_QP_REQ_ERR:
-	case IB_EVENT_QP_ACCESS_ERR:
-	case IB_EVENT_COMM_EST:
-	case IB_EVENT_SQ_DRAINED:
-	case IB_EVENT_QP_LAST_WQE_REACHED:
-		break;
-	default:
-		return -EINVAL;
-	}
-	event.event = type;
-	if (qp->event_handler)
+	if (!err && qp->event_handler)
 		qp->event_handler(&event, qp->qp_context);
-	return 0;
+	return err;
 }
 
 static int UVERBS_HANDLER(USIW_IB_METHOD_SRQ_EVENT)(
@@ -83,18 +80,11 @@ static int UVERBS_HANDLER(USIW_IB_METHOD_SRQ_EVENT)(
 	struct ib_srq *srq =
 		uverbs_attr_get_obj(attrs, USIW_IB_ATTR_EVENT_HANDLE);
 	struct ib_event event = { .device = srq->device, .element.srq = srq };
-	u32 type;
-	int err;
+	int err = usiw_event_type(attrs, USIW_SRQ_EVENTS, &event);
 
-	err = usiw_event_type(attrs, &type);
-	if (err)
-		return err;
-	if (type != IB_EVENT_SRQ_ERR && type != IB_EVENT_SRQ_LIMIT_REACHED)
-		return -EINVAL;
-	event.event = type;
-	if (srq->event_handler)
+	if (!err && srq->event_handler)
 		srq->event_handler(&event, srq->srq_context);
-	return 0;
+	return err;
 }
 
 DECLARE_UVERBS_NAMED_METHOD(
