@@ -23,3 +23,12 @@ load_rdma_modules() {
     done
     insmod "$USIW_GUEST_SIW_KO" || die "insmod $USIW_GUEST_SIW_KO failed"
 }
+
+# split_sides SERVER_ARGS... -- CLIENT_ARGS...: the two command lines of a
+# server/client pair, into the arrays SERVER_CMD and CLIENT_CMD.
+split_sides() {
+    SERVER_CMD=()
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do SERVER_CMD+=("$1"); shift; done
+    [ $# -gt 0 ] && shift
+    CLIENT_CMD=("$@")
+}

@@ -92,14 +92,11 @@ pair() {
     local name=$1 sns=$2 cns=$3 port=$4 sre=$5 cre=$6
     shift 6
     [ "$1" = -- ] && shift
-    local sargs=() cargs=()
-    while [ $# -gt 0 ] && [ "$1" != -- ]; do sargs+=("$1"); shift; done
-    shift
-    cargs=("$@")
+    split_sides "$@"
     local srun=here crun=here tag=${name//[^A-Za-z0-9]/_}
     [ -n "$sns" ] && srun=in_peer
     [ -n "$cns" ] && crun=in_peer
-    $srun "${sargs[@]}" >"$WORK/$tag.server" 2>&1 &
+    $srun "${SERVER_CMD[@]}" >"$WORK/$tag.server" 2>&1 &
     local spid=$!
     if ! wait_listen "$sns" 60 "$port"; then
         kill "$spid" 2>/dev/null
@@ -108,7 +105,7 @@ pair() {
         show server "$WORK/$tag.server"
         return 1
     fi
-    $crun "${cargs[@]}" >"$WORK/$tag.client" 2>&1
+    $crun "${CLIENT_CMD[@]}" >"$WORK/$tag.client" 2>&1
     local crc=$?
     wait "$spid"
     local src=$?
