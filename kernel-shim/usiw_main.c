@@ -252,12 +252,15 @@ static void usiw_port_event(struct usiw_device *udev, enum ib_event_type type)
 static void usiw_netdev_unregister(struct net_device *netdev)
 {
 	struct usiw_device *udev, *found = NULL;
+	bool registered = false;
 
 	spin_lock_irq(&usiw_devices_lock);
 	list_for_each_entry(udev, &usiw_devices, list) {
 		if (udev->netdev == netdev) {
 			udev->netdev = NULL;
 			found = udev;
+			/* Unless it is going already: then ib_core lets go. */
+			registered = ib_device_try_get(&udev->ibdev);
 			break;
 		}
 	}
@@ -265,8 +268,11 @@ static void usiw_netdev_unregister(struct net_device *netdev)
 	if (!found)
 		return;
 	dev_put(netdev);
-	ib_device_set_netdev(&found->ibdev, NULL, 1);
-	ib_unregister_device_queued(&found->ibdev);
+	if (registered) {
+		ib_device_set_netdev(&found->ibdev, NULL, 1);
+		ib_unregister_device_queued(&found->ibdev);
+		ib_device_put(&found->ibdev);
+	}
 }
 
 /*
