@@ -45,6 +45,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <deque>
 #include <fstream>
 #include <string>
 
@@ -126,6 +127,9 @@ struct Endpoint {
     size_t message = 0;
     ibv_mr* mr = nullptr;
     int cq_events = 0;
+    // Completions taken while waiting for another kind: one CQ serves both
+    // queues, and a peer's next message may complete before our own SEND.
+    std::deque<ibv_wc> early;
 };
 
 size_t send_at(const Endpoint&) {
@@ -147,8 +151,8 @@ size_t buffer_size(const Endpoint& e) {
     return 2 * e.message + kWriteSize + 2 * kReadSize;
 }
 
-// The next completion, through the completion channel with -e.
-ibv_wc next_completion(Endpoint& e, bool use_events) {
+// The next completion from the CQ, through the completion channel with -e.
+ibv_wc poll_completion(Endpoint& e, bool use_events) {
     ibv_wc wc;
     for (int naps = 0;; ++naps) {
         const int n = ibv_poll_cq(e.cq, 1, &wc);
@@ -179,13 +183,34 @@ ibv_wc next_completion(Endpoint& e, bool use_events) {
     }
 }
 
-ibv_wc expect_completion(Endpoint& e, bool use_events, ibv_wc_opcode opcode, const char* what) {
-    const ibv_wc wc = next_completion(e, use_events);
-    if (wc.status != IBV_WC_SUCCESS)
-        die("%s completed with %s", what, ibv_wc_status_str(wc.status));
-    if (wc.opcode != opcode)
-        die("%s: completion opcode %d, expected %d", what, wc.opcode, opcode);
+ibv_wc next_completion(Endpoint& e, bool use_events) {
+    if (e.early.empty())
+        return poll_completion(e, use_events);
+    const ibv_wc wc = e.early.front();
+    e.early.pop_front();
     return wc;
+}
+
+// The next completion of `opcode` (receive or send side), successful; the
+// other side's, and errors, wait in `early` until asked for.
+ibv_wc expect_completion(Endpoint& e, bool use_events, ibv_wc_opcode opcode, const char* what) {
+    for (auto it = e.early.begin(); it != e.early.end(); ++it) {
+        if (it->opcode == opcode || it->status != IBV_WC_SUCCESS) {
+            const ibv_wc wc = *it;
+            e.early.erase(it);
+            if (wc.status != IBV_WC_SUCCESS)
+                die("%s: a completion with %s", what, ibv_wc_status_str(wc.status));
+            return wc;
+        }
+    }
+    for (;;) {
+        const ibv_wc wc = poll_completion(e, use_events);
+        if (wc.status != IBV_WC_SUCCESS)
+            die("%s: a completion with %s", what, ibv_wc_status_str(wc.status));
+        if (wc.opcode == opcode)
+            return wc;
+        e.early.push_back(wc);
+    }
 }
 
 ibv_async_event next_async_event(ibv_context* ctx, int timeout_ms) {
