@@ -36,9 +36,8 @@ ADDR0=192.0.2.1   # RFC 5737 test addresses, only inside this guest
 ADDR1=192.0.2.2
 WORK=$(mktemp -d -t shim.XXXXXX)  # under $TMPDIR: the guest's /tmp is read-only
 OBJECTS=/sys/kernel/debug/usiw/objects
-GUEST_TEST=shim
-. "$(dirname "$0")/guest_lib.sh"
-. "$(dirname "$0")/../../scripts/lib/listen.sh"
+. "$(dirname "$0")/../../scripts/lib/usiw.sh"
+time_checks
 
 # The provider for stock libibverbs, and no preload anywhere.
 export RDMAV_DRIVERS=$BUILD/lib/libusiw
@@ -68,22 +67,13 @@ check() {
 objects_line() { tr '\n' ' ' <"$OBJECTS" | sed 's/ $//'; }
 
 setup() {
-    load_rdma_modules
+    load_rdma_modules dummy
     mount -t debugfs none /sys/kernel/debug 2>/dev/null
-    ip netns add "$NS" &&
-        ip link add va type veth peer name vb netns "$NS" &&
-        ip addr add "$ADDR0/24" dev va && ip link set va up &&
-        ip -n "$NS" addr add "$ADDR1/24" dev vb && ip -n "$NS" link set vb up &&
-        ip -n "$NS" link set lo up || die "cannot set up the veth pair"
+    veth_pair va "" "$ADDR0" vb "$NS" "$ADDR1" || die "cannot set up the veth pair"
     rdma link add siw0 type siw netdev va || die "rdma link add siw0 failed"
     sysctl -qw net.core.netdev_max_backlog=100000
     mkdir -p "$WORK/conf"
     printf 'usiwu0 netdev lo\nusiw1 netdev lo\n' >"$WORK/conf/links"
-    for _ in $(seq 50); do
-        ip -n "$NS" -br link show vb | grep -q LOWER_UP && ip -br link show va | grep -q LOWER_UP &&
-            break
-        sleep 0.2
-    done
 }
 
 # pair NAME SERVER_NS CLIENT_NS PORT SERVER_REGEX CLIENT_REGEX -- SERVER... -- CLIENT...
@@ -92,11 +82,11 @@ pair() {
     local name=$1 sns=$2 cns=$3 port=$4 sre=$5 cre=$6
     shift 6
     [ "$1" = -- ] && shift
-    split_sides "$@"
+    split_at_dashes "$@"
     local srun=here crun=here tag=${name//[^A-Za-z0-9]/_}
     [ -n "$sns" ] && srun=in_peer
     [ -n "$cns" ] && crun=in_peer
-    $srun "${SERVER_CMD[@]}" >"$WORK/$tag.server" 2>&1 &
+    $srun "${before[@]}" >"$WORK/$tag.server" 2>&1 &
     local spid=$!
     if ! wait_listen "$sns" 60 "$port"; then
         kill "$spid" 2>/dev/null
@@ -105,7 +95,7 @@ pair() {
         show server "$WORK/$tag.server"
         return 1
     fi
-    $crun "${CLIENT_CMD[@]}" >"$WORK/$tag.client" 2>&1
+    $crun "${after[@]}" >"$WORK/$tag.client" 2>&1
     local crc=$?
     wait "$spid"
     local src=$?
@@ -193,6 +183,25 @@ pair "verbs with completion events (-e)" "" "$NS" 18701 \
     '^server: 10 rounds.* [1-9][0-9]* completion events' \
     '^client: 10 rounds.* [1-9][0-9]* completion events' \
     -- "$SV" -d usiw0 -e server 18701 -- "$SV" -d usiw1 -e client "$ADDR0" 18701
+
+# Stock programs that connect their QPs by ibv_modify_qp (the rendezvous),
+# no LD_PRELOAD: GID 0 of each shim device is its netdev's IPv4 address.
+row='^ *65536 +200 +[0-9.]+'
+pair "stock ibv_rc_pingpong -c (no LD_PRELOAD)" "" "$NS" 18710 '^[0-9]+ iters in' \
+    '^[0-9]+ iters in' -- ibv_rc_pingpong -d usiw0 -g 0 -c -n 100 -p 18710 \
+    -- ibv_rc_pingpong -d usiw1 -g 0 -c -n 100 -p 18710 "$ADDR0"
+pair "stock ibv_rc_pingpong -e (events, no LD_PRELOAD)" "" "$NS" 18711 '^[0-9]+ iters in' \
+    '^[0-9]+ iters in' -- ibv_rc_pingpong -d usiw0 -g 0 -e -c -n 100 -p 18711 \
+    -- ibv_rc_pingpong -d usiw1 -g 0 -e -c -n 100 -p 18711 "$ADDR0"
+if grep -q "invalid data" "$WORK"/stock_ibv_rc_pingpong_*; then
+    bad "ibv_rc_pingpong -c: the received data was wrong"
+fi
+pair "stock ib_write_bw (no -R, no LD_PRELOAD)" "" "$NS" 18712 "$row" "$row" \
+    -- ib_write_bw -F -d usiw0 -x 0 -p 18712 -s 65536 -n 200 \
+    -- ib_write_bw -F -d usiw1 -x 0 -p 18712 -s 65536 -n 200 "$ADDR0"
+pair "stock ib_read_bw (no -R, no LD_PRELOAD)" "$NS" "" 18713 "$row" "$row" \
+    -- ib_read_bw -F -d usiw1 -x 0 -p 18713 -s 65536 -n 200 \
+    -- ib_read_bw -F -d usiw0 -x 0 -p 18713 -s 65536 -n 200 "$ADDR1"
 
 zc_before=$("$USIW" stat usiw1 | sed -n 's/.* zcopy_bytes \([0-9]*\).*/\1/p')
 # Every batch with zero copy (the default threshold is above the datapath's
@@ -323,5 +332,4 @@ else
     ok "kernel log clean (no WARNING, BUG or leftover objects)"
 fi
 
-echo "shim: $passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+results shim

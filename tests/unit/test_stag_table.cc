@@ -21,8 +21,8 @@ extern "C" {
 
 namespace {
 
-using usiw::StagError;
 using usiw::StagTable;
+using usiw::wire::StagError;
 
 constexpr uint32_t kBase = 1u << 23;  // USIW_STAG_INDEX_LIMIT
 int pd_a;
@@ -58,13 +58,13 @@ void test_issued_stags_check_like_own_ones(void**) {
         static_cast<int>(StagError::kInvalidStag));
     assert_int_equal(
         static_cast<int>(t.check(issued, &pd_b, 0x1000, 1, IBV_ACCESS_REMOTE_WRITE, &where)),
-        static_cast<int>(StagError::kWrongPd));
+        static_cast<int>(StagError::kNotAssociated));
     assert_int_equal(
         static_cast<int>(t.check(issued, &pd_a, 0x1000, 1, IBV_ACCESS_REMOTE_READ, &where)),
         static_cast<int>(StagError::kAccessRights));
     assert_int_equal(static_cast<int>(t.check(issued, &pd_a, 0x1000 + sizeof buffer, 1,
                                               IBV_ACCESS_REMOTE_WRITE, &where)),
-                     static_cast<int>(StagError::kBounds));
+                     static_cast<int>(StagError::kBaseBounds));
     assert_true(t.remove(issued));
     assert_int_equal(
         static_cast<int>(t.check(issued, &pd_a, 0x1000, 1, IBV_ACCESS_REMOTE_WRITE, &where)),

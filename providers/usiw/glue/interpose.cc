@@ -11,6 +11,7 @@
 #include <dlfcn.h>
 #include <endian.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -19,8 +20,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <vector>
 
-#include "glue/provider.h"
+#include "verbs/device_registry.h"
+#include "verbs/log.h"
 #include "verbs/verbs.h"
 
 // Declared in rdma-core's driver.h, which Debian does not install.
@@ -36,8 +39,25 @@ Fn real(const char* name, const char* version) {
     return reinterpret_cast<Fn>(dlvsym(RTLD_NEXT, name, version));
 }
 
+// The kernel-less usiw device behind a device handle, or nullptr (another
+// provider's device, or the kernel shim's, which the kernel answers for).
+Device* kernel_less_device(const ibv_device* device) {
+    Device* d = usiw_device(device);
+    return d && !d->kernel_listed ? d : nullptr;
+}
+
+// The kernel-less devices, which this interposer lists; libibverbs lists
+// the kernel shim's with the kernel's.
+std::vector<Device*> kernel_less_devices() {
+    std::vector<Device*> devices;
+    for (Device* d : usiw_devices())
+        if (!d->kernel_listed)
+            devices.push_back(d);
+    return devices;
+}
+
 Device* device_of(ibv_context* context) {
-    return context ? userspace_device(context->device) : nullptr;
+    return context ? kernel_less_device(context->device) : nullptr;
 }
 
 // The text a usiw device's sysfs attribute would hold, or nullptr.
@@ -67,7 +87,7 @@ const char* sysfs_attribute(Device* d, const char* file, char* scratch, size_t s
 Device* device_at_path(const char* dir) {
     if (!dir)
         return nullptr;
-    for (Device* d : userspace_devices())
+    for (Device* d : kernel_less_devices())
         if (std::strcmp(dir, d->vdev.device.ibdev_path) == 0)
             return d;
     return nullptr;
@@ -91,6 +111,24 @@ int fill_gid_entry(Device* d, uint32_t port_num, uint32_t index, ibv_gid_entry* 
     return 0;
 }
 
+// Whether `fd` is the command fd of an open usiw context (verbs/context.cc
+// makes it: a pipe's read end).
+bool is_usiw_command_fd(int fd) {
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode))
+        return false;
+    for (Device* d : usiw_devices()) {
+        std::lock_guard lock(d->mutex);
+        for (Context* ctx : d->open_contexts) {
+            struct stat own;
+            if (fstat(ctx->ibv()->cmd_fd, &own) == 0 && own.st_dev == st.st_dev &&
+                own.st_ino == st.st_ino)
+                return true;
+        }
+    }
+    return false;
+}
+
 }  // namespace
 }  // namespace usiw
 
@@ -107,9 +145,7 @@ ibv_device**(ibv_get_device_list)(int* num_devices) {
     ibv_device** real_devices = real_list ? real_list(&real_count) : nullptr;
     if (!real_devices)
         real_count = 0;
-    // After the real list: it is what finds the shim's devices, which
-    // shadow kernel-less ones of the same name or netdev.
-    const std::vector<Device*> ours = visible_userspace_devices();
+    const std::vector<Device*> ours = kernel_less_devices();
     if (ours.empty()) {
         if (num_devices)
             *num_devices = real_count;
@@ -139,7 +175,7 @@ ibv_device**(ibv_get_device_list)(int* num_devices) {
 }
 
 __be64 ibv_get_device_guid(ibv_device* device) {
-    if (Device* d = userspace_device(device))
+    if (Device* d = kernel_less_device(device))
         return d->guid();
     using Fn = __be64 (*)(ibv_device*);
     static const Fn next = real<Fn>("ibv_get_device_guid", "IBVERBS_1.1");
@@ -148,7 +184,7 @@ __be64 ibv_get_device_guid(ibv_device* device) {
 
 int ibv_get_device_index(ibv_device* device) {
     // A kernel-less device has no kernel index (there is no kernel device).
-    if (userspace_device(device))
+    if (kernel_less_device(device))
         return -1;
     using Fn = int (*)(ibv_device*);
     static const Fn next = real<Fn>("ibv_get_device_index", "IBVERBS_1.9");
@@ -252,6 +288,21 @@ int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, size_t siz
     using Fn = int (*)(const char*, const char*, char*, size_t);
     static const Fn next = real<Fn>("ibv_read_sysfs_file", "IBVERBS_1.0");
     return next(dir, file, buf, size);
+}
+
+// Importing a context shares its objects through the kernel's uverbs file
+// (another process may hold the fd), which a usiw device does not have:
+// the objects live in this process's memory. Refused with EOPNOTSUPP, as
+// libibverbs refuses a provider without import_context.
+ibv_context* ibv_import_device(int cmd_fd) {
+    if (is_usiw_command_fd(cmd_fd)) {
+        log_debug("ibv_import_device: a usiw context cannot be imported (no kernel object)");
+        errno = EOPNOTSUPP;
+        return nullptr;
+    }
+    using Fn = ibv_context* (*)(int);
+    static const Fn next = real<Fn>("ibv_import_device", "IBVERBS_1.10");
+    return next(cmd_fd);
 }
 
 ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {

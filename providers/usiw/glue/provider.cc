@@ -1,14 +1,15 @@
 // The provider as rdma-core sees it: the driver registered with libibverbs'
-// own loader, and the usiw devices it serves.
+// own loader, and how the usiw devices are found (verbs/device_registry.h
+// keeps them; the core does not know which way a device was found).
 //
 // A usiw device is either kernel-less or the kernel shim's. With stock
 // rdma-core and no shim, libibverbs never enumerates a usiw device by itself
-// (it lists kernel devices only), so kernel-less devices are listed by
-// interposition (interpose.cc) and opened here with cmd_fd == -1. Shim
-// devices are kernel devices: libibverbs lists them, matches them through
-// this registration (shim/) and opens them with the command fd.
-#include "glue/provider.h"
-
+// (it lists kernel devices only), so kernel-less devices come from the link
+// configuration, are listed by interposition (interpose.cc) and are opened
+// here with cmd_fd == -1. Shim devices are kernel devices: libibverbs lists
+// them, matches them through this registration (shim/) and opens them with
+// the command fd.
+#include <dlfcn.h>
 #include <infiniband/ib_user_ioctl_verbs.h>
 
 #include <algorithm>
@@ -17,10 +18,14 @@
 #include <mutex>
 #include <vector>
 
+#include "cm/rendezvous.h"
 #include "host/link_config.h"
+#include "host/rdma_links.h"
 #include "shim/shim.h"
 #include "usiw-abi.h"
+#include "verbs/device_registry.h"
 #include "verbs/log.h"
+#include "verbs/rdma_core_abi.h"
 #include "verbs/verbs.h"
 
 namespace usiw {
@@ -40,6 +45,22 @@ void uninit_device(verbs_device* device) {
 }
 
 const verbs_match_ent kMatchTable[] = {{}};  // sentinel only
+
+const verbs_device_ops& device_ops() {
+    static const verbs_device_ops ops = {
+        .name = "usiw",
+        .match_min_abi_version = USIW_ABI_VERSION,  // the kernel shim's uverbs ABI
+        .match_max_abi_version = USIW_ABI_VERSION,
+        .match_table = kMatchTable,
+        .static_providers = nullptr,
+        .match_device = shim::match_device,
+        .alloc_context = alloc_context,
+        .import_context = nullptr,
+        .alloc_device = shim::alloc_device,
+        .uninit_device = uninit_device,
+    };
+    return ops;
+}
 
 Device* make_device(const LinkSpec& link, int index) {
     auto* d = new Device;
@@ -62,90 +83,60 @@ Device* make_device(const LinkSpec& link, int index) {
     return d;
 }
 
-std::vector<Device*> build_userspace_devices() {
+// Whether a kernel shim link stands where a kernel-less link would: one of
+// the same name or on the same netdev. The shim's is the device the link
+// configuration meant, and a program must not see both.
+bool shadowed_by_shim(const LinkSpec& link, const std::vector<RdmaLink>& kernel_links) {
+    return std::any_of(kernel_links.begin(), kernel_links.end(), [&](const RdmaLink& k) {
+        return k.usiw_shim &&
+               (k.name == link.name || (!k.netdev.empty() && k.netdev == link.netdev));
+    });
+}
+
+// libibverbs' own device listing (the interposer's, when preloaded, would
+// read the device list being built).
+void list_kernel_devices() {
+    using Fn = ibv_device** (*)(int*);
+    static const Fn real_list = [] {
+        auto fn = reinterpret_cast<Fn>(dlvsym(RTLD_NEXT, "ibv_get_device_list", "IBVERBS_1.1"));
+        return fn ? fn : static_cast<Fn>(&ibv_get_device_list);
+    }();
+    if (ibv_device** list = real_list(nullptr))
+        ibv_free_device_list(list);
+}
+
+// The device discovery, when the device list is first read: the kernel
+// shim's devices (libibverbs lists them, and shim::alloc_device adds each),
+// then one kernel-less device for each link of the link configuration that
+// no shim link shadows. Shim devices that appear later are added when
+// libibverbs lists them.
+void discover_devices() {
+    list_kernel_devices();
     std::string error;
     const std::vector<LinkSpec> links = effective_links(&error);
     if (!error.empty())
         log_error("no usiw devices: %s", error.c_str());
+    std::string netlink_error;
+    const std::vector<RdmaLink> kernel_links = kernel_rdma_links(&netlink_error);
     std::vector<Device*> devices;
-    for (const LinkSpec& link : links)
+    for (const LinkSpec& link : links) {
+        if (shadowed_by_shim(link, kernel_links)) {
+            log_debug("%s on %s: not listed, the kernel shim has a device there", link.name.c_str(),
+                      link.netdev.c_str());
+            continue;
+        }
         devices.push_back(make_device(link, static_cast<int>(devices.size())));
-    return devices;
+    }
+    add_devices(devices);
 }
 
 __attribute__((constructor)) void register_driver() {
+    set_device_discovery(discover_devices);
     verbs_register_driver_34(&device_ops());
+    // QPs connected by ibv_modify_qp get their streams from connection
+    // management's rendezvous.
+    install_qp_connector(&cm::rendezvous_connector());
 }
 
 }  // namespace
-
-const verbs_device_ops& device_ops() {
-    static const verbs_device_ops ops = {
-        .name = "usiw",
-        .match_min_abi_version = USIW_ABI_VERSION,  // the kernel shim's uverbs ABI
-        .match_max_abi_version = USIW_ABI_VERSION,
-        .match_table = kMatchTable,
-        .static_providers = nullptr,
-        .match_device = shim::match_device,
-        .alloc_context = alloc_context,
-        .import_context = nullptr,
-        .alloc_device = shim::alloc_device,
-        .uninit_device = uninit_device,
-    };
-    return ops;
-}
-
-std::span<Device* const> userspace_devices() {
-    // Never destroyed: devices outlive every exit-time destructor and stay
-    // reachable for leak checkers.
-    static const auto* devices = new std::vector<Device*>(build_userspace_devices());
-    return *devices;
-}
-
-std::vector<Device*> visible_userspace_devices() {
-    const std::vector<Device*> shim_devices = shim::devices();
-    std::vector<Device*> visible;
-    for (Device* d : userspace_devices()) {
-        // A shim device of the same name or on the same netdev is the one
-        // this link configuration meant.
-        const bool shadowed =
-            std::any_of(shim_devices.begin(), shim_devices.end(), [d](const Device* s) {
-                return s->name == d->name || (!s->netdev.empty() && s->netdev == d->netdev);
-            });
-        if (shadowed)
-            log_debug("%s on %s: not listed, the kernel shim has a device there", d->name.c_str(),
-                      d->netdev.c_str());
-        else
-            visible.push_back(d);
-    }
-    return visible;
-}
-
-std::vector<Device*> usiw_devices() {
-    // The shim's devices exist in this process once libibverbs has listed
-    // the kernel's devices; list them once if the application has not.
-    static std::once_flag listed;
-    std::call_once(listed, [] {
-        if (ibv_device** list = ibv_get_device_list(nullptr))
-            ibv_free_device_list(list);
-    });
-    std::vector<Device*> all = visible_userspace_devices();
-    const std::vector<Device*> shim_devices = shim::devices();
-    all.insert(all.end(), shim_devices.begin(), shim_devices.end());
-    return all;
-}
-
-Device* usiw_device(const ibv_device* device) {
-    if (!device)
-        return nullptr;
-    const auto* vdev = reinterpret_cast<const verbs_device*>(device);
-    return vdev->ops == &device_ops() ? const_cast<Device*>(reinterpret_cast<const Device*>(vdev))
-                                      : nullptr;
-}
-
-Device* userspace_device(const ibv_device* device) {
-    Device* d = usiw_device(device);
-    return d && !shim::is_shim_device(d) ? d : nullptr;
-}
-
 }  // namespace usiw

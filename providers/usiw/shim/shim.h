@@ -6,11 +6,10 @@
 #pragma once
 
 #include <memory>
-#include <vector>
 
-#include "glue/rdma_core_abi.h"
 #include "verbs/context_backing.h"
 #include "verbs/device.h"
+#include "verbs/rdma_core_abi.h"
 
 namespace usiw::shim {
 
@@ -18,15 +17,11 @@ namespace usiw::shim {
 // a shim device (its node description says so, whatever its name).
 bool match_device(verbs_sysfs_dev* sysfs_dev);
 verbs_device* alloc_device(verbs_sysfs_dev* sysfs_dev);
-// Frees a shim Device once libibverbs lets go of it; false for a device
-// that is not the shim's.
+// alloc_device adds each shim device to the device list
+// (verbs/device_registry.h); uninit_device takes it out once libibverbs
+// lets go of it (the kernel device is gone). False for a device that is not
+// the shim's.
 bool uninit_device(verbs_device* device);
-
-// The shim devices libibverbs has found so far in this process.
-std::vector<Device*> devices();
-
-// Whether a usiw Device is a shim device (as opposed to a kernel-less one).
-bool is_shim_device(const Device* device);
 
 // The backing of a context opened on a shim device through `cmd_fd`.
 std::unique_ptr<ContextBacking> make_backing();

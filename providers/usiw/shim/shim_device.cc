@@ -6,33 +6,15 @@
 // so no driver-id match is possible.
 #include <endian.h>
 
-#include <algorithm>
 #include <cstring>
-#include <mutex>
 
 #include "host/rdma_links.h"
 #include "shim/shim.h"
 #include "shim/uverbs_abi.h"
+#include "verbs/device_registry.h"
 #include "verbs/log.h"
 
 namespace usiw::shim {
-
-namespace {
-
-// The shim devices alive in this process. libibverbs owns their lifetime
-// (it frees one through uninit_device when the kernel device is gone and no
-// one holds it); this list only remembers them for connection management.
-struct Registry {
-    std::mutex mutex;  // protects `devices`
-    std::vector<Device*> devices;
-};
-
-Registry& registry() {
-    static auto* r = new Registry;  // never destroyed: devices outlive exit handlers
-    return *r;
-}
-
-}  // namespace
 
 bool match_device(verbs_sysfs_dev* sysfs_dev) {
     char node_desc[128];
@@ -46,6 +28,7 @@ verbs_device* alloc_device(verbs_sysfs_dev* sysfs_dev) {
     if (!d)
         return nullptr;
     d->name = sysfs_dev->ibdev_name;
+    d->kernel_listed = true;
     d->vdev.core_support = IB_UVERBS_CORE_SUPPORT_OPTIONAL_MR_ACCESS;
     {
         std::lock_guard lock(d->mutex);
@@ -63,36 +46,17 @@ verbs_device* alloc_device(verbs_sysfs_dev* sysfs_dev) {
     }
     log_debug("%s: usiw kernel shim device on %s", d->name.c_str(),
               d->netdev.empty() ? "a netdev of another namespace" : d->netdev.c_str());
-    {
-        Registry& r = registry();
-        std::lock_guard lock(r.mutex);
-        r.devices.push_back(d);
-    }
+    Device* const added[] = {d};
+    add_devices(added);
     return &d->vdev;
 }
 
 bool uninit_device(verbs_device* vdev) {
-    auto* d = reinterpret_cast<Device*>(vdev);
-    {
-        Registry& r = registry();
-        std::lock_guard lock(r.mutex);
-        auto it = std::find(r.devices.begin(), r.devices.end(), d);
-        if (it == r.devices.end())
-            return false;
-        r.devices.erase(it);
-    }
-    delete d;
+    Device* d = reinterpret_cast<Device*>(vdev);
+    if (!d->kernel_listed)
+        return false;
+    remove_device(d);
     return true;
-}
-
-std::vector<Device*> devices() {
-    Registry& r = registry();
-    std::lock_guard lock(r.mutex);
-    return r.devices;
-}
-
-bool is_shim_device(const Device* device) {
-    return device->vdev.sysfs != nullptr;
 }
 
 }  // namespace usiw::shim

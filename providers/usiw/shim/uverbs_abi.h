@@ -4,7 +4,7 @@
 // declared here from libibverbs/driver.h, which Debian does not install),
 // the command buffers they take, and the responses with the shim's driver
 // data (kernel-shim/usiw-abi.h). Layouts are pinned with static_assert as
-// in glue/rdma_core_abi.h.
+// in verbs/rdma_core_abi.h.
 #pragma once
 
 #include <rdma/ib_user_verbs.h>
@@ -13,8 +13,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "glue/rdma_core_abi.h"
 #include "usiw-abi.h"
+#include "verbs/rdma_core_abi.h"
 
 extern "C" {
 

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "glue/rdma_core_abi.h"
 #include "host/device_stats.h"
 #include "host/netdev.h"
+#include "verbs/rdma_core_abi.h"
 
 namespace usiw {
 
@@ -38,6 +38,14 @@ inline constexpr uint64_t kMaxMessageSize = 1ull << 31;
 inline constexpr uint32_t kVendorId = 0x757369;  // "usi": usiw's own, not an IEEE OUI user
 inline constexpr uint32_t kVendorPartId = 1;
 inline constexpr const char* kFirmwareVersion = "usiw-0.1.0";
+// What ibv_query_device reports usiw does: ibv_modify_qp checks
+// cur_qp_state; sys_image_guid is set; ports raise IBV_EVENT_PORT_ACTIVE;
+// ibv_modify_srq resizes. Not (yet): memory windows and the memory
+// management extensions; and no IB-only capability (RNR NAK, P_Key/Q_Key
+// counters, path migration, UD).
+inline constexpr unsigned kDeviceCapFlags = IBV_DEVICE_CURR_QP_STATE_MOD |
+                                            IBV_DEVICE_SYS_IMAGE_GUID |
+                                            IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SRQ_RESIZE;
 
 struct Context;
 
@@ -46,6 +54,10 @@ struct Device {
     std::string name;     // e.g. usiw0
     std::string netdev;   // e.g. lo
     int index = 0;        // position in the usiw device list
+    // Listed by libibverbs from the kernel (a device of the kernel shim),
+    // rather than by the interposer. The core serves both alike; only the
+    // glue that lists devices asks.
+    bool kernel_listed = false;
     // Shared with other processes (host/device_stats.h); process-local
     // until the first open maps the shared segment, or if it cannot.
     DeviceStats local_stats;

@@ -2,24 +2,18 @@
 
 #include <cstdarg>
 #include <cstdio>
-#include <cstdlib>
+
+#include "host/settings.h"
 
 namespace usiw {
 
 namespace {
 
-enum class Level { kSilent, kErrors, kDebug };
+using settings::LogLevel;
 
-Level level() {
-    static const Level value = [] {
-        if (const char* d = std::getenv("USIW_DEBUG"); d && d[0] != '0')
-            return Level::kDebug;
-        const char* v = std::getenv("VERBS_LOG_LEVEL");
-        const int verbs_level = v ? std::atoi(v) : 0;
-        return verbs_level >= 4   ? Level::kDebug
-               : verbs_level >= 1 ? Level::kErrors
-                                  : Level::kSilent;
-    }();
+// Read once per process.
+LogLevel level() {
+    static const LogLevel value = settings::log_level();
     return value;
 }
 
@@ -32,11 +26,11 @@ void vlog(const char* format, va_list args) {
 }  // namespace
 
 bool debug_enabled() {
-    return level() == Level::kDebug;
+    return level() == LogLevel::kDebug;
 }
 
 void log_error(const char* format, ...) {
-    if (level() == Level::kSilent)
+    if (level() == LogLevel::kSilent)
         return;
     va_list args;
     va_start(args, format);
