@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <span>
 #include <vector>
 
 #include "verbs/device_registry.h"
@@ -46,14 +47,14 @@ Device* kernel_less_device(const ibv_device* device) {
     return d && !d->kernel_listed ? d : nullptr;
 }
 
-// The kernel-less devices, which this interposer lists; libibverbs lists
-// the kernel shim's with the kernel's.
-std::vector<Device*> kernel_less_devices() {
-    std::vector<Device*> devices;
-    for (Device* d : usiw_devices())
+// The kernel-less devices among `devices`: this interposer lists them;
+// libibverbs lists the kernel shim's with the kernel's.
+std::vector<Device*> kernel_less(std::span<Device* const> devices) {
+    std::vector<Device*> found;
+    for (Device* d : devices)
         if (!d->kernel_listed)
-            devices.push_back(d);
-    return devices;
+            found.push_back(d);
+    return found;
 }
 
 Device* device_of(ibv_context* context) {
@@ -87,7 +88,9 @@ const char* sysfs_attribute(Device* d, const char* file, char* scratch, size_t s
 Device* device_at_path(const char* dir) {
     if (!dir)
         return nullptr;
-    for (Device* d : kernel_less_devices())
+    // libibverbs reads sysfs through here while it lists devices, and the
+    // discovery lists them: only what is already known can be asked about.
+    for (Device* d : kernel_less(usiw_devices_added()))
         if (std::strcmp(dir, d->vdev.device.ibdev_path) == 0)
             return d;
     return nullptr;
@@ -117,7 +120,7 @@ bool is_usiw_command_fd(int fd) {
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode))
         return false;
-    for (Device* d : usiw_devices()) {
+    for (Device* d : usiw_devices_added()) {
         std::lock_guard lock(d->mutex);
         for (Context* ctx : d->open_contexts) {
             struct stat own;
@@ -145,7 +148,7 @@ ibv_device**(ibv_get_device_list)(int* num_devices) {
     ibv_device** real_devices = real_list ? real_list(&real_count) : nullptr;
     if (!real_devices)
         real_count = 0;
-    const std::vector<Device*> ours = kernel_less_devices();
+    const std::vector<Device*> ours = kernel_less(usiw_devices());
     if (ours.empty()) {
         if (num_devices)
             *num_devices = real_count;

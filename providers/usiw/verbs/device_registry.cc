@@ -31,13 +31,27 @@ Adding& adding() {
     return *a;
 }
 
-std::span<Device* const> current() {
-    std::call_once(discovered, [] {
-        if (void (*discover)() = discovery.load())
-            discover();
-    });
+// Set while this thread runs the discovery. The discovery may read the
+// list itself, through libibverbs calling back into the interposer while
+// it lists the kernel's devices (glue/provider.cc): it then sees what has
+// been added so far instead of waiting for itself.
+thread_local bool discovering = false;
+
+std::span<Device* const> added() {
     const std::vector<Device*>* list = published.load(std::memory_order_acquire);
     return list ? std::span<Device* const>(*list) : std::span<Device* const>();
+}
+
+std::span<Device* const> current() {
+    if (!discovering)
+        std::call_once(discovered, [] {
+            if (void (*discover)() = discovery.load()) {
+                discovering = true;
+                discover();
+                discovering = false;
+            }
+        });
+    return added();
 }
 
 }  // namespace
@@ -78,10 +92,14 @@ std::span<Device* const> usiw_devices() {
     return current();
 }
 
+std::span<Device* const> usiw_devices_added() {
+    return added();
+}
+
 Device* usiw_device(const ibv_device* device) {
     if (!device)
         return nullptr;
-    for (Device* d : current())
+    for (Device* d : added())
         if (d->ibv() == device)
             return d;
     return nullptr;

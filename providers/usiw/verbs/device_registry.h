@@ -19,9 +19,10 @@ namespace usiw {
 
 // Installs the function that finds this process's devices. It runs once,
 // the first time the list is read, and adds what it finds with
-// add_devices(). Install it before anything reads the list (a library that
-// finds devices does so when it is loaded); without one the list holds only
-// what add_devices() was given.
+// add_devices(); if it reads the list itself (directly or through code it
+// calls), it sees what has been added so far. Install it before anything reads the list (a library
+// that finds devices does so when it is loaded); without one the list holds only what add_devices()
+// was given.
 void set_device_discovery(void (*discover)());
 
 // Adds devices to the list, in order. Thread-safe.
@@ -35,8 +36,14 @@ void remove_device(Device* device);
 // order they were added. The span stays valid for the life of the process.
 std::span<Device* const> usiw_devices();
 
+// The devices added so far, without running the discovery: for code that
+// libibverbs may call back while it lists devices itself (the interposed
+// sysfs reads), which must not start a discovery that lists them again.
+std::span<Device* const> usiw_devices_added();
+
 // The usiw device behind an rdma-core device handle, or nullptr for a
-// device of another provider.
+// device of another provider. It never runs the discovery: a handle is a
+// usiw device's only once that device was added.
 Device* usiw_device(const ibv_device* device);
 
 }  // namespace usiw
