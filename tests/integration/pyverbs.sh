@@ -54,6 +54,7 @@ RUN=(
     test_pd.PDTest.test_destroy_pd_twice
     test_pd.PDTest.test_multiple_pd_creation
     test_mr.MRTest.test_reg_mr_bad_flags
+    test_mr.MWTest.test_reg_mw_wrong_type
     test_cq.CQAPITest.test_create_cq
     test_cq.CQAPITest.test_create_cq_bad_flow
     test_cq.CQAPITest.test_create_cq_with_comp_channel
@@ -101,6 +102,7 @@ RUN_WITH_HUGE_PAGES=(
 UD="UD does not exist in iWARP"
 WRITE_DONE="checks the target's memory as soon as an RDMA WRITE completes at the initiator: an InfiniBand RC completion follows the responder's acknowledgement, an iWARP one means the data went to the transport (RFC 5040; Linux siw alike) and it is placed when the target takes it in"
 NAK="expects the SEND to complete with 'Remote operation error' when the receive buffer fails the responder's check: InfiniBand reports the responder's NAK at the requester; iWARP completes the SEND when sent, the receive completes in error and a TERMINATE ends the connection (RFC 5040; Linux siw alike)"
+WRITE_REFUSED="expects 'Remote access error' at the initiator's RDMA WRITE through a window that refuses it: InfiniBand reports the responder's NAK there; iWARP completes the WRITE when sent and the target answers with a TERMINATE, after which the initiator's later work is flushed (RFC 5040; tests/unit/test_datapath.cc checks the TERMINATE and the untouched memory instead)"
 NOT_YET="not in usiw yet; the send_ops_flag is refused with EOPNOTSUPP and the test skips (another issue adds them)"
 SKIP=(
     "test_device.DMTest|device memory (ibv_alloc_dm): no such thing on an RNIC; usiw has none"
@@ -113,7 +115,12 @@ SKIP=(
     "test_mr.MRTest.test_mr_rereg_access_bad_flow|rereg, then: $WRITE_DONE (and expects 'Remote access error' at the initiator's WRITE, which iWARP reports to the target with a TERMINATE)"
     "test_mr.MRTest.test_mr_rereg_addr|rereg, then: $NAK"
     "test_mr.MRTest.test_mr_rereg_pd|rereg, then: $NAK"
-    "test_mr.MWTest|memory windows (ibv_alloc_mw, bind): usiw has none yet (max_mw 0; another issue adds them)"
+    "test_mr.MWTest.test_mw_type1|binds a type 1 window, then: $WRITE_DONE"
+    "test_mr.MWTest.test_mw_type2|binds a type 2 window, then: $WRITE_DONE"
+    "test_mr.MWTest.test_invalidate_mw_type1|$WRITE_DONE; then $WRITE_REFUSED"
+    "test_mr.MWTest.test_mw_type2_invalidate_local|$WRITE_DONE; then $WRITE_REFUSED"
+    "test_mr.MWTest.test_mw_type2_invalidate_remote|$WRITE_DONE; then $WRITE_REFUSED"
+    "test_mr.MWTest.test_mw_type2_invalidate_dealloc|$WRITE_DONE; then $WRITE_REFUSED"
     "test_cq.CQTest.test_resize_cq|fills the CQ with UD sends through an address handle; $UD"
     "test_cqex.CqExTestCase.test_ud_traffic_cq_ex|UD QPs; $UD"
     "test_cqex.CqExTestCase.test_xrc_traffic_cq_ex|XRC QPs: an InfiniBand transport, not iWARP"
@@ -144,7 +151,7 @@ SKIP=(
     "test_qpex.QpExTestCase.test_qp_ex_rc_atomic_cmp_swp|atomic compare-and-swap (RFC 7306): $NOT_YET"
     "test_qpex.QpExTestCase.test_qp_ex_rc_atomic_fetch_add|atomic fetch-and-add (RFC 7306): $NOT_YET"
     "test_qpex.QpExTestCase.test_qp_ex_rc_atomic_write|ATOMIC WRITE: an InfiniBand (IBTA 1.5) operation with no iWARP opcode"
-    "test_qpex.QpExTestCase.test_qp_ex_rc_bind_mw|memory window binding: $NOT_YET"
+    "test_qpex.QpExTestCase.test_qp_ex_rc_bind_mw|binds a type 2 window with ibv_wr_bind_mw, then $WRITE_REFUSED"
     "test_qpex.QpExTestCase.test_qp_ex_ud_send|UD QPs; $UD"
     "test_qpex.QpExTestCase.test_qp_ex_ud_send_imm|UD QPs; $UD"
     "test_qpex.QpExTestCase.test_qp_ex_ud_zero_size|UD QPs; $UD"

@@ -73,6 +73,8 @@ ibv_wc_opcode wc_opcode_for(ibv_wr_opcode op) {
             return IBV_WC_RDMA_READ;
         case IBV_WR_LOCAL_INV:
             return IBV_WC_LOCAL_INV;
+        case IBV_WR_BIND_MW:
+            return IBV_WC_BIND_MW;
         default:
             return IBV_WC_SEND;
     }

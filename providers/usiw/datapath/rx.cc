@@ -317,6 +317,16 @@ class Receiver {
         stream_terminate(s_, cause, s_->deframer.header_bytes());
     }
 
+    // A fault found at a segment's end, when the deframer has moved past
+    // its header: the header the Terminate copies back is encoded again.
+    void fault_at_end(const wire::SegmentHeader& h, const wire::TermCause& cause, const char* why) {
+        log_debug("QP %u: TERMINATE (%s): %s", qp_->vqp.qp.qp_num, wire::term_cause_name(cause),
+                  why);
+        std::byte header[wire::kMaxHeaderSize];
+        const size_t n = wire::encode_header(h, h.payload_size(), header);
+        stream_terminate(s_, cause, {header, n});
+    }
+
     void on_header(const wire::SegmentHeader& h) {
         s_->rx_dest = Stream::RxDest::kNone;
         current_ = kNoFpdu;
@@ -363,8 +373,8 @@ class Receiver {
         if (!(qp_->access_flags & IBV_ACCESS_REMOTE_WRITE))
             return fault(term::kAccessRights, "RDMA Write to a QP without remote write access");
         uintptr_t addr = 0;
-        const wire::StagError e =
-            s_->context->stags.check(h.stag, qp_->pd, h.to, size, IBV_ACCESS_REMOTE_WRITE, &addr);
+        const wire::StagError e = s_->context->stags.check_remote(h.stag, qp_->pd, qp_, h.to, size,
+                                                                  IBV_ACCESS_REMOTE_WRITE, &addr);
         if (e != wire::StagError::kNone)
             return fault(wire::stag_error_cause(e, wire::StagUse::kTaggedSink),
                          wire::stag_error_message(e));
@@ -464,8 +474,9 @@ class Receiver {
             if (!(qp_->access_flags & IBV_ACCESS_REMOTE_READ))
                 return fault(term::kAccessRights, "RDMA Read from a QP without remote read access");
             uintptr_t addr = 0;
-            const wire::StagError e = s_->context->stags.check(
-                r.source_stag, qp_->pd, r.source_to, r.read_size, IBV_ACCESS_REMOTE_READ, &addr);
+            const wire::StagError e =
+                s_->context->stags.check_remote(r.source_stag, qp_->pd, qp_, r.source_to,
+                                                r.read_size, IBV_ACCESS_REMOTE_READ, &addr);
             if (e != wire::StagError::kNone)
                 return fault(wire::stag_error_cause(e, wire::StagUse::kReadSource),
                              wire::stag_error_message(e));
@@ -571,11 +582,13 @@ class Receiver {
         const bool invalidate =
             h.opcode == Opcode::kSendInvalidate || h.opcode == Opcode::kSendSeInvalidate;
         if (invalidate) {
-            const wire::StagError e = s_->context->stags.invalidate(h.inval_stag, qp_->pd);
+            const wire::StagError e =
+                s_->context->stags.invalidate_remote(h.inval_stag, qp_->pd, qp_);
             if (e != wire::StagError::kNone) {
                 complete_current_recv(s_, IBV_WC_REM_INV_REQ_ERR, 0, 0, 0, false);
-                return fault(term::kCannotInvalidate, wire::stag_error_message(e));
+                return fault_at_end(h, term::kCannotInvalidate, wire::stag_error_message(e));
             }
+            count(stats_.stag_invalidations);
             flags |= IBV_WC_WITH_INV;
         }
         ++s_->recv_msn;

@@ -239,6 +239,36 @@ void fail_wqe(Stream* s, uint64_t seq, ibv_wc_status status) {
     stream_terminate(s, wire::term::kRdmapCatastrophic, {});
 }
 
+// A local operation (bind a window, invalidate an STag) takes effect now,
+// in send-queue order, and completes in order with the work before it; it
+// sends nothing. A failure is a local error that ends the connection.
+void execute_local(Stream* s, const SendWqe& w, uint64_t seq) {
+    StagTable& stags = s->context->stags;
+    DeviceStats& stats = *s->context->device->stats;
+    BindError e;
+    if (w.opcode == IBV_WR_BIND_MW) {
+        const WindowBind bind{w.bind.window_index, static_cast<uint8_t>(w.bind.rkey),
+                              w.bind.mr_lkey,      w.bind.addr,
+                              w.bind.length,       w.bind.access};
+        uint32_t stag = 0;
+        e = stags.bind_window(bind, s->qp->pd, s->qp, &stag);
+        if (e == BindError::kNone)
+            count(stats.mw_binds);
+    } else {
+        e = stags.invalidate_local(w.invalidate_rkey, s->qp->pd);
+        if (e == BindError::kNone)
+            count(stats.stag_invalidations);
+    }
+    if (e != BindError::kNone) {
+        log_debug("QP %u: %s failed: %s", s->qp->vqp.qp.qp_num,
+                  w.opcode == IBV_WR_BIND_MW ? "memory window bind" : "local invalidation",
+                  bind_error_message(e));
+        return fail_wqe(s, seq,
+                        w.opcode == IBV_WR_BIND_MW ? IBV_WC_MW_BIND_ERR : IBV_WC_LOC_QP_OP_ERR);
+    }
+    inflight_complete(s, {&seq, 1});
+}
+
 // Takes the next send-queue work request, if it may start now (fence and
 // ORD), and frames its first segments.
 enum class Start { kStarted, kNothing, kBlocked };
@@ -268,6 +298,10 @@ Start start_next_wqe(Stream* s, bool direct) {
     if (w.opcode == IBV_WR_RDMA_READ) {
         if (!start_read(s, w, seq))
             fail_wqe(s, seq, IBV_WC_LOC_PROT_ERR);
+        return Start::kStarted;
+    }
+    if (w.opcode == IBV_WR_BIND_MW || w.opcode == IBV_WR_LOCAL_INV) {
+        execute_local(s, w, seq);
         return Start::kStarted;
     }
 

@@ -39,6 +39,8 @@ struct DeviceStats {
     std::atomic<uint64_t> cm_dropped{0};
     std::atomic<uint64_t> progress_in_poll{0};
     std::atomic<uint64_t> progress_in_engine{0};
+    std::atomic<uint64_t> mw_binds{0};
+    std::atomic<uint64_t> stag_invalidations{0};
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "counters are shared between processes");
 

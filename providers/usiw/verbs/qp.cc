@@ -314,6 +314,7 @@ int destroy_qp(ibv_qp* ibqp) {
         connector->qp_destroying(qp);
     detach_from_cqs(qp);  // no poll_cq reaches the stream after this
     qp_stream_destroy(qp);
+    ctx->stags.unbind_windows_of(qp);  // type 2 windows die with their QP's binding
     release(qp);
     pthread_cond_destroy(&ibqp->cond);
     pthread_mutex_destroy(&ibqp->mutex);
@@ -474,19 +475,68 @@ bool opcode_supported(ibv_wr_opcode op) {
         case IBV_WR_SEND_WITH_INV:
         case IBV_WR_RDMA_WRITE:
         case IBV_WR_RDMA_READ:
+        case IBV_WR_LOCAL_INV:
+        case IBV_WR_BIND_MW:
             return true;
         default:
             return false;
     }
 }
 
+// The rights a window may be bound with. Local write means nothing for a
+// window (its STag names no local memory) and is accepted, as rxe does;
+// zero-based windows are not offered.
+constexpr unsigned kWindowAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
+                                   IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+
+// An IBV_WR_BIND_MW: what can be checked now; the window's state and the
+// region's rights and bounds are checked when it executes, in order with
+// the work before it (datapath/tx.cc). A type 1 window is bound only
+// through ibv_bind_mw (`type1_bind`).
+int build_bind_wqe(const Qp* qp, const ibv_send_wr* wr, SendWqe* wqe, bool type1_bind) {
+    const ibv_mw* mw = wr->bind_mw.mw;
+    const ibv_mw_bind_info& info = wr->bind_mw.bind_info;
+    if (!mw || mw->context != qp->vqp.qp.context)
+        return EINVAL;
+    if (mw->type == IBV_MW_TYPE_1 ? !type1_bind : mw->type != IBV_MW_TYPE_2)
+        return EINVAL;
+    if ((info.mw_access_flags & ~kWindowAccess) || (wr->send_flags & IBV_SEND_INLINE))
+        return EINVAL;
+    // Only the key (the low 8 bits) of a window's STag changes.
+    if ((wr->bind_mw.rkey >> 8) != (mw->rkey >> 8))
+        return EINVAL;
+    if (info.mr ? info.mr->context != qp->vqp.qp.context : mw->type == IBV_MW_TYPE_2)
+        return EINVAL;
+    wqe->bind = {to_mw(const_cast<ibv_mw*>(mw))->index,
+                 wr->bind_mw.rkey,
+                 info.mr ? info.mr->lkey : 0,
+                 info.addr,
+                 info.mr ? info.length : 0,
+                 info.mw_access_flags};
+    return 0;
+}
+
 }  // namespace
 
-int build_send_wqe(const Qp* qp, const ibv_send_wr* wr, SendWqe* wqe) {
+int build_send_wqe(const Qp* qp, const ibv_send_wr* wr, SendWqe* wqe, bool type1_bind) {
     if (!opcode_supported(wr->opcode))
         return EOPNOTSUPP;
     if (wr->send_flags & ~kSupportedSendFlags)
         return EINVAL;
+    if (wr->opcode == IBV_WR_BIND_MW || wr->opcode == IBV_WR_LOCAL_INV) {
+        // Local operations: no data, nothing on the wire.
+        if (wr->opcode == IBV_WR_BIND_MW) {
+            if (int err = build_bind_wqe(qp, wr, wqe, type1_bind))
+                return err;
+        }
+        wqe->wr_id = wr->wr_id;
+        wqe->opcode = wr->opcode;
+        wqe->send_flags = wr->send_flags;
+        wqe->invalidate_rkey = wr->opcode == IBV_WR_LOCAL_INV ? wr->invalidate_rkey : 0;
+        wqe->num_sge = 0;
+        wqe->inline_length = 0;
+        return 0;
+    }
     if (wr->num_sge < 0)
         return EINVAL;
     const auto num_sge = static_cast<uint32_t>(wr->num_sge);
@@ -594,7 +644,9 @@ void flush_after_error(Qp* qp, bool lock_free, bool send_queue) {
 
 }  // namespace
 
-int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+namespace {
+
+int post_send_common(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr, bool type1_bind) {
     Qp* qp = to_qp(ibqp);
     int err = 0;
     bool transmit = false;
@@ -613,7 +665,7 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
                 err = ENOMEM;
                 break;
             }
-            if ((err = build_send_wqe(qp, wr, &qp->sq.back_slot())) != 0)
+            if ((err = build_send_wqe(qp, wr, &qp->sq.back_slot(), type1_bind)) != 0)
                 break;
             qp->sq.commit_push();
             if (state == IBV_QPS_ERR) {  // an errored QP completes new work as flushed
@@ -631,6 +683,16 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     if (transmit)
         transmit_posted(qp);
     return err;
+}
+
+}  // namespace
+
+int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+    return post_send_common(ibqp, wr, bad_wr, false);
+}
+
+int post_send_bind(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+    return post_send_common(ibqp, wr, bad_wr, true);
 }
 
 int post_built_sends(Qp* qp, size_t tail, size_t n) {
