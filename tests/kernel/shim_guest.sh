@@ -18,8 +18,10 @@
 # an async event; a fork during each zero-copy send; VmPin; registration
 # beyond RLIMIT_MEMLOCK refused with ENOMEM; port events; every kernel object
 # gone after kill -9; usiw on a shim device against kernel siw both ways
-# (iwarp_peer) and perftest between shim devices; a netdev's removal
-# removing its device; rdma link delete and rmmod; a clean kernel log.
+# (iwarp_peer); a netdev's removal removing its device; rdma link delete
+# and rmmod; a clean kernel log. Stock ibv_rc_pingpong and ib_write_bw
+# (no -R) between the shim devices, QPs connected by ibv_modify_qp, run
+# with no LD_PRELOAD at all.
 # Debian's kernel has neither kmemleak nor KASAN: leaks are checked by the
 # shim's object counts (debugfs usiw/objects) and the kernel's resource
 # tracking (rdma resource).
