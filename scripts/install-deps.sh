@@ -24,6 +24,8 @@ packages=(
     # verbs provider and its fi_pingpong/fi_info (rsockets come with
     # librdmacm1)
     qperf libfabric1 libfabric-bin
+    # the kernel shim (usiw.ko) is built against Debian's 6.1 kernel headers
+    linux-headers-amd64
 )
 
 if [ -z "$(missing_packages "${packages[@]}")" ]; then

@@ -24,11 +24,18 @@ Device first;
 Device second;
 Device late;
 int discoveries = 0;
+size_t seen_while_discovering = 99;
 
+// Reads the list between its two additions, as the real discovery does
+// when libibverbs calls back into the interposer: it must see the first
+// device and not wait for itself.
 void discover() {
     ++discoveries;
-    Device* const found[] = {&first, &second};
+    Device* const found[] = {&first};
     usiw::add_devices(found);
+    seen_while_discovering = usiw::usiw_devices().size();
+    Device* const more[] = {&second};
+    usiw::add_devices(more);
 }
 
 // The discovery runs once, when the list is first read, and adds in order.
@@ -36,6 +43,7 @@ void test_discovery_runs_once(void**) {
     assert_int_equal(discoveries, 0);
     auto devices = usiw::usiw_devices();
     assert_int_equal(discoveries, 1);
+    assert_int_equal(seen_while_discovering, 1);
     assert_int_equal(devices.size(), 2);
     assert_ptr_equal(devices[0], &first);
     assert_ptr_equal(devices[1], &second);
@@ -70,6 +78,22 @@ void test_added_later(void**) {
     assert_int_equal(discoveries, 1);
 }
 
+// A device taken out (a kernel shim device gone) leaves the list; spans
+// read before keep it; removing it again changes nothing.
+void test_removed(void**) {
+    const auto before = usiw::usiw_devices();
+    usiw::remove_device(&second);
+    const auto after = usiw::usiw_devices();
+    assert_int_equal(after.size(), 2);
+    assert_ptr_equal(after[0], &first);
+    assert_ptr_equal(after[1], &late);
+    assert_null(usiw::usiw_device(second.ibv()));
+    assert_int_equal(before.size(), 3);
+    assert_ptr_equal(before[1], &second);
+    usiw::remove_device(&second);
+    assert_int_equal(usiw::usiw_devices().size(), 2);
+}
+
 }  // namespace
 
 int main(void) {
@@ -78,6 +102,7 @@ int main(void) {
         cmocka_unit_test(test_discovery_runs_once),
         cmocka_unit_test(test_lookup_by_handle),
         cmocka_unit_test(test_added_later),
+        cmocka_unit_test(test_removed),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

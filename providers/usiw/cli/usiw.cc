@@ -1,9 +1,11 @@
 // usiw: the command-line face of usiw. `usiw link` manages the usiw devices
-// (the userspace counterpart of `rdma link add NAME type siw netdev DEV`),
-// `usiw run` starts a stock program with the usiw provider loaded.
+// (the userspace counterpart of `rdma link add NAME type siw netdev DEV`,
+// and with --kernel that very command for the usiw kernel shim), `usiw run`
+// starts a stock program with the usiw provider loaded.
 //
 // Exit status: 0 success, 1 runtime failure, 2 usage error. Messages go to
 // stderr, prefixed "usiw: ".
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +23,7 @@
 #include "host/device_stats.h"
 #include "host/link_config.h"
 #include "host/netdev.h"
+#include "host/rdma_links.h"
 #include "host/settings.h"
 
 #ifndef USIW_INSTALLED_PROVIDER
@@ -37,6 +40,7 @@ using usiw::EffectiveLink;
 using usiw::LinkSource;
 using usiw::LinkSpec;
 using usiw::map_device_stats;
+using usiw::RdmaLink;
 using usiw::reset_device_stats;
 using usiw::stat_fields;
 using usiw::StatField;
@@ -191,8 +195,8 @@ ibv_srq_pingpong -g GID_INDEX. For those, usiw listens on TCP port 4791
 
 Usage:
   usiw link show [NAME]
-  usiw link add NAME netdev NETDEV [--user | --system]
-  usiw link delete NAME [--user | --system]      (alias: del)
+  usiw link add NAME netdev NETDEV [--user | --system | --kernel]
+  usiw link delete NAME [--user | --system | --kernel]   (alias: del)
   usiw run CMD [ARGS...]
   usiw stat [show | reset] [NAME]
   usiw stat --describe
@@ -206,7 +210,8 @@ Commands:
       netdev is up and has carrier, else DOWN (DISABLED); "(missing)" after
       the netdev means no netdev of that name exists now. The end of the line
       says where the link is configured: "source system", "source user" or
-      "(default)".
+      "(default)". Links of the usiw kernel shim follow, as the kernel
+      reports them, marked "kernel shim".
 
   link add NAME netdev NETDEV [--user | --system]
       Adds the device NAME, bound to NETDEV. NAME is 1 to 63 letters, digits,
@@ -214,9 +219,14 @@ Commands:
       hands such names to its rxe provider). NETDEV must exist. The link is
       saved in the user file, or in the system file when run as root;
       --user or --system choose (--system needs root).
+      --kernel instead runs `rdma link add NAME type usiw netdev NETDEV`: a
+      device of the usiw kernel shim (usiw.ko), which every program lists
+      and opens without `usiw run`, with memory registration pinned by the
+      kernel. It needs root and the module (kernel-shim/README.md).
 
-  link delete NAME [--user | --system]
-      Removes the link NAME from the user file (the system file as root).
+  link delete NAME [--user | --system | --kernel]
+      Removes the link NAME from the user file (the system file as root);
+      with --kernel, the kernel shim link NAME (`rdma link delete NAME`).
 
   run CMD [ARGS...]
       Runs CMD with the usiw provider loaded, so it lists the usiw devices
@@ -253,7 +263,8 @@ Devices:
   The usiw devices are the links of the system file, then those of the user
   file; a user link replaces a system link of the same name. While neither
   file names a link there is one device, usiw0 on lo, so `usiw run
-  ibv_devinfo` works with no setup.
+  ibv_devinfo` works with no setup. A kernel shim link replaces a link of
+  the same name or netdev.
 
 Files (one link per line, "NAME netdev NETDEV"; '#' starts a comment):
   system links   $USIW_SYSTEM_CONFIG_DIR/links, else /etc/usiw/links
@@ -286,10 +297,12 @@ CMD's status once CMD has started.
 
 // --- usiw link ---
 
-// Positional words and the --user/--system choice of a `link` subcommand.
+// Positional words and the --user/--system or --kernel choice of a `link`
+// subcommand.
 struct LinkArgs {
     Args words;
     std::optional<ConfigScope> scope;
+    bool kernel = false;  // a link of the usiw kernel shim, through `rdma link`
 };
 
 // nullopt after printing a usage error into `*exit_code`.
@@ -298,7 +311,9 @@ std::optional<LinkArgs> parse_link_args(const Args& args, bool scope_allowed, in
     for (const std::string& arg : args) {
         const bool user = arg == "--user";
         const bool system = arg == "--system";
-        if ((user || system) && scope_allowed) {
+        if (arg == "--kernel" && scope_allowed) {
+            parsed.kernel = true;
+        } else if ((user || system) && scope_allowed) {
             const ConfigScope scope = user ? ConfigScope::kUser : ConfigScope::kSystem;
             if (parsed.scope && *parsed.scope != scope) {
                 *exit_code = usage_error("--user and --system exclude each other");
@@ -311,6 +326,12 @@ std::optional<LinkArgs> parse_link_args(const Args& args, bool scope_allowed, in
         } else {
             parsed.words.push_back(arg);
         }
+    }
+    if (parsed.kernel && parsed.scope) {
+        *exit_code = usage_error(
+            "--kernel links live in the kernel, not in a --user or "
+            "--system file");
+        return std::nullopt;
     }
     return parsed;
 }
@@ -349,8 +370,78 @@ std::string netdev_hint(const std::string& netdev) {
     return hint + ")";
 }
 
+// --- links of the usiw kernel shim ---
+
+// The kernel shim's links; empty (and quiet) where the kernel has no RDMA.
+std::vector<RdmaLink> shim_links(std::string* error) {
+    std::vector<RdmaLink> links = usiw::kernel_rdma_links(error);
+    std::erase_if(links, [](const RdmaLink& link) { return !link.usiw_shim; });
+    return links;
+}
+
+// Runs `rdma ARGS...` and returns its exit status (127 if it cannot run).
+int run_rdma(const Args& args) {
+    std::vector<char*> argv{const_cast<char*>("rdma")};
+    for (const std::string& arg : args)
+        argv.push_back(const_cast<char*>(arg.c_str()));
+    argv.push_back(nullptr);
+    std::fflush(nullptr);
+    const pid_t pid = fork();
+    if (pid < 0)
+        return 127;
+    if (pid == 0) {
+        execvp("rdma", argv.data());
+        std::fprintf(stderr, "usiw: cannot run rdma (iproute2): %s\n", std::strerror(errno));
+        _exit(127);
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string joined(const Args& args) {
+    std::string text = "rdma";
+    for (const std::string& arg : args)
+        text += " " + arg;
+    return text;
+}
+
+int kernel_link_add(const LinkSpec& link) {
+    const Args command{"link", "add", link.name, "type", "usiw", "netdev", link.netdev};
+    const int status = run_rdma(command);
+    if (status != 0) {
+        return fail("'" + joined(command) + "' failed (exit " + std::to_string(status) +
+                    "). It needs a kernel with RDMA (ib_core, ib_uverbs), root (CAP_NET_ADMIN) "
+                    "and the usiw kernel module (modprobe usiw, or insmod the usiw.ko of a "
+                    "build: kernel-shim/README.md)" +
+                    netdev_hint(link.netdev));
+    }
+    std::printf("added kernel shim link %s on netdev %s (%s)\n", link.name.c_str(),
+                link.netdev.c_str(), joined(command).c_str());
+    return kExitOk;
+}
+
+int kernel_link_delete(const std::string& name) {
+    std::string error;
+    const std::vector<RdmaLink> links = shim_links(&error);
+    if (!error.empty())
+        return fail(error);
+    if (std::none_of(links.begin(), links.end(),
+                     [&](const RdmaLink& link) { return link.name == name; }))
+        return fail("no kernel shim link named '" + name + "' (see 'usiw link show')");
+    const Args command{"link", "delete", name};
+    const int status = run_rdma(command);
+    if (status != 0)
+        return fail("'" + joined(command) + "' failed (exit " + std::to_string(status) +
+                    "); it needs root (CAP_NET_ADMIN)");
+    std::printf("deleted kernel shim link %s (%s)\n", name.c_str(), joined(command).c_str());
+    return kExitOk;
+}
+
 int link_add(const Args& args) {
-    constexpr char kUsage[] = "usage: usiw link add NAME netdev NETDEV [--user | --system]";
+    constexpr char kUsage[] =
+        "usage: usiw link add NAME netdev NETDEV [--user | --system | --kernel]";
     int exit_code = kExitOk;
     const std::optional<LinkArgs> parsed = parse_link_args(args, true, &exit_code);
     if (!parsed) {
@@ -363,6 +454,9 @@ int link_add(const Args& args) {
     std::string error;
     if (!usiw::valid_link_name(link.name, &error)) {
         return usage_error(error);
+    }
+    if (parsed->kernel) {
+        return kernel_link_add(link);
     }
     const std::optional<ConfigScope> scope = writable_scope(parsed->scope, &exit_code);
     if (!scope) {
@@ -398,6 +492,11 @@ std::string where_else(ConfigScope scope, const std::string& name) {
             return "; it is a user link: delete it with --user";
         }
     }
+    for (const RdmaLink& link : shim_links(&error)) {
+        if (link.name == name) {
+            return "; it is a kernel shim link: delete it with --kernel";
+        }
+    }
     return "";
 }
 
@@ -408,9 +507,12 @@ int link_delete(const Args& args) {
         return exit_code;
     }
     if (parsed->words.size() != 1) {
-        return usage_error("usage: usiw link delete NAME [--user | --system]");
+        return usage_error("usage: usiw link delete NAME [--user | --system | --kernel]");
     }
     const std::string& name = parsed->words[0];
+    if (parsed->kernel) {
+        return kernel_link_delete(name);
+    }
     const std::optional<ConfigScope> scope = writable_scope(parsed->scope, &exit_code);
     if (!scope) {
         return exit_code;
@@ -437,15 +539,31 @@ std::string source_note(const EffectiveLink& link) {
 }
 
 // One line in the shape of `rdma link show`.
-std::string describe_link(const EffectiveLink& link, const std::set<std::string>& netdevs) {
+std::string describe_link(const EffectiveLink& link, const std::set<std::string>& netdevs,
+                          const std::vector<RdmaLink>& shim) {
     std::optional<usiw::NetdevInfo> netdev;
     if (netdevs.count(link.spec.netdev) != 0) {
         netdev = usiw::query_netdev(link.spec.netdev, nullptr);  // nullopt if it just vanished
     }
     const bool active = netdev && netdev->port_active();
+    std::string shadow;
+    for (const RdmaLink& s : shim) {
+        if (s.name == link.spec.name || (!s.netdev.empty() && s.netdev == link.spec.netdev)) {
+            shadow = " (not listed: kernel shim link " + s.name + " serves it)";
+            break;
+        }
+    }
     return "link " + link.spec.name + "/1 state " + (active ? "ACTIVE" : "DOWN") +
            " physical_state " + (active ? "LINK_UP" : "DISABLED") + " netdev " + link.spec.netdev +
-           (netdev ? "" : " (missing)") + " " + source_note(link);
+           (netdev ? "" : " (missing)") + " " + source_note(link) + shadow;
+}
+
+std::string describe_shim_link(const RdmaLink& link) {
+    return "link " + link.name + "/" + std::to_string(link.port) + " state " +
+           usiw::rdma_port_state_name(link.state) + " physical_state " +
+           usiw::rdma_phys_state_name(link.phys_state) + " netdev " +
+           (link.netdev.empty() ? "- (in another network namespace)" : link.netdev) +
+           " kernel shim";
 }
 
 int link_show(const Args& args) {
@@ -467,10 +585,20 @@ int link_show(const Args& args) {
         return fail(error);
     }
     const std::set<std::string> netdevs(names.begin(), names.end());
+    const std::vector<RdmaLink> shim = shim_links(&error);
+    if (!error.empty()) {
+        std::fprintf(stderr, "usiw: kernel shim links unknown: %s\n", error.c_str());
+    }
     bool shown = false;
     for (const EffectiveLink& link : links) {
         if (parsed->words.empty() || parsed->words[0] == link.spec.name) {
-            std::printf("%s\n", describe_link(link, netdevs).c_str());
+            std::printf("%s\n", describe_link(link, netdevs, shim).c_str());
+            shown = true;
+        }
+    }
+    for (const RdmaLink& link : shim) {
+        if (parsed->words.empty() || parsed->words[0] == link.name) {
+            std::printf("%s\n", describe_shim_link(link).c_str());
             shown = true;
         }
     }
@@ -601,23 +729,29 @@ int stat_command(const Args& args) {
         return kExitOk;
     }
     std::string error;
-    const std::vector<LinkSpec> links = effective_links(&error);
+    std::vector<std::string> names;
+    for (const LinkSpec& link : effective_links(&error))
+        names.push_back(link.name);
     if (!error.empty())
         return fail(error);
+    // Counters are kept by device name, whichever kind the device is.
+    for (const RdmaLink& link : shim_links(&error))
+        if (std::find(names.begin(), names.end(), link.name) == names.end())
+            names.push_back(link.name);
     bool shown = false;
-    for (const LinkSpec& link : links) {
-        if (!words.empty() && words[0] != link.name)
+    for (const std::string& name : names) {
+        if (!words.empty() && words[0] != name)
             continue;
         shown = true;
         std::string map_error;
-        DeviceStats* stats = map_device_stats(link.name, reset, &map_error);
+        DeviceStats* stats = map_device_stats(name, reset, &map_error);
         if (reset) {
             if (!stats)
                 return fail(map_error);
             reset_device_stats(stats);
             continue;
         }
-        std::printf("link %s/1", link.name.c_str());
+        std::printf("link %s/1", name.c_str());
         for (const StatField& f : stat_fields())
             std::printf(" %s %llu", f.name,
                         stats ? static_cast<unsigned long long>((stats->*f.counter).load()) : 0ull);

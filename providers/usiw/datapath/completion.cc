@@ -25,7 +25,13 @@ struct AsyncEventRecord {
 };
 static_assert(sizeof(AsyncEventRecord) == 16);
 
+// One event on the armed CQ's completion channel: the kernel's channel,
+// through the backing, for a context the kernel shim backs.
 void notify_channel(Cq* cq) {
+    if (ContextBacking* backing = cq->context->backing.get()) {
+        backing->cq_event(cq);
+        return;
+    }
     const CompEventRecord record{reinterpret_cast<uintptr_t>(&cq->vcq.cq)};
     if (write(cq->channel->write_fd, &record, sizeof record) != sizeof record)
         log_error("completion event for CQ %p lost: the channel's %s", static_cast<void*>(cq),
@@ -257,6 +263,10 @@ void cq_clean(Cq* cq, uint32_t qp_num) {
 }
 
 void post_async_event(Context* ctx, uint64_t element, ibv_event_type type) {
+    if (ctx->backing) {  // the kernel's async event file
+        ctx->backing->async_event(element, type);
+        return;
+    }
     const AsyncEventRecord record{element, static_cast<uint32_t>(type), 0};
     // The write end is non-blocking: a datapath thread must never wait for an
     // application that does not read its events. A pipe holds 4096 records.

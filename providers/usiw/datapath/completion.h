@@ -6,7 +6,8 @@
 // complete_recv_wqe(), the only two places one is built. The transmit and
 // receive paths, the stream's end (attach.cc) and the verbs calls that
 // post to an errored QP call down into this file; it calls nothing above
-// it (only the CQ ring, the STag table, and the application's pipes).
+// it (only the CQ ring, the STag table, and the application's pipes or
+// the context's backing).
 //
 // Work in flight on a stream completes in posting order: the transmit path
 // records each send-queue work request as it leaves the queue
@@ -77,7 +78,8 @@ void cq_clean(Cq* cq, uint32_t qp_num);
 
 // Asynchronous events, for ibv_get_async_event: `element` is the object
 // pointer (QP, CQ, SRQ) or the port number. The write never blocks: an
-// application that does not read its events loses them (logged).
+// application that does not read its events loses them (logged). A
+// context with a backing (the kernel shim) raises them through it.
 void post_async_event(Context* ctx, uint64_t element, ibv_event_type type);
 void post_qp_event(Qp* qp, ibv_event_type type);
 void post_srq_event(Srq* srq, ibv_event_type type);

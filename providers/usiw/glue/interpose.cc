@@ -1,5 +1,7 @@
 // Entry points of libibverbs that stock rdma-core answers from the kernel
-// (sysfs, ioctls on the command fd) and so cannot answer for a usiw device.
+// (sysfs, ioctls on the command fd) and so cannot answer for a kernel-less
+// usiw device. (A device of the usiw kernel shim is a kernel device: these
+// pass it to the real libibverbs like any other.)
 // Each is defined here under the exact symbol version stock libibverbs
 // exports (see usiw.map), so that with the provider preloaded
 // (`usiw run`, i.e. LD_PRELOAD) programs reach these first. For a usiw
@@ -18,6 +20,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <span>
+#include <vector>
 
 #include "verbs/device_registry.h"
 #include "verbs/log.h"
@@ -36,8 +40,25 @@ Fn real(const char* name, const char* version) {
     return reinterpret_cast<Fn>(dlvsym(RTLD_NEXT, name, version));
 }
 
+// The kernel-less usiw device behind a device handle, or nullptr (another
+// provider's device, or the kernel shim's, which the kernel answers for).
+Device* kernel_less_device(const ibv_device* device) {
+    Device* d = usiw_device(device);
+    return d && !d->kernel_listed ? d : nullptr;
+}
+
+// The kernel-less devices among `devices`: this interposer lists them;
+// libibverbs lists the kernel shim's with the kernel's.
+std::vector<Device*> kernel_less(std::span<Device* const> devices) {
+    std::vector<Device*> found;
+    for (Device* d : devices)
+        if (!d->kernel_listed)
+            found.push_back(d);
+    return found;
+}
+
 Device* device_of(ibv_context* context) {
-    return context ? usiw_device(context->device) : nullptr;
+    return context ? kernel_less_device(context->device) : nullptr;
 }
 
 // The text a usiw device's sysfs attribute would hold, or nullptr.
@@ -67,7 +88,9 @@ const char* sysfs_attribute(Device* d, const char* file, char* scratch, size_t s
 Device* device_at_path(const char* dir) {
     if (!dir)
         return nullptr;
-    for (Device* d : usiw_devices())
+    // libibverbs reads sysfs through here while it lists devices, and the
+    // discovery lists them: only what is already known can be asked about.
+    for (Device* d : kernel_less(usiw_devices_added()))
         if (std::strcmp(dir, d->vdev.device.ibdev_path) == 0)
             return d;
     return nullptr;
@@ -97,7 +120,7 @@ bool is_usiw_command_fd(int fd) {
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode))
         return false;
-    for (Device* d : usiw_devices()) {
+    for (Device* d : usiw_devices_added()) {
         std::lock_guard lock(d->mutex);
         for (Context* ctx : d->open_contexts) {
             struct stat own;
@@ -125,7 +148,7 @@ ibv_device**(ibv_get_device_list)(int* num_devices) {
     ibv_device** real_devices = real_list ? real_list(&real_count) : nullptr;
     if (!real_devices)
         real_count = 0;
-    const auto ours = usiw_devices();
+    const std::vector<Device*> ours = kernel_less(usiw_devices());
     if (ours.empty()) {
         if (num_devices)
             *num_devices = real_count;
@@ -155,7 +178,7 @@ ibv_device**(ibv_get_device_list)(int* num_devices) {
 }
 
 __be64 ibv_get_device_guid(ibv_device* device) {
-    if (Device* d = usiw_device(device))
+    if (Device* d = kernel_less_device(device))
         return d->guid();
     using Fn = __be64 (*)(ibv_device*);
     static const Fn next = real<Fn>("ibv_get_device_guid", "IBVERBS_1.1");
@@ -163,8 +186,8 @@ __be64 ibv_get_device_guid(ibv_device* device) {
 }
 
 int ibv_get_device_index(ibv_device* device) {
-    // A usiw device has no kernel index (there is no kernel device).
-    if (usiw_device(device))
+    // A kernel-less device has no kernel index (there is no kernel device).
+    if (kernel_less_device(device))
         return -1;
     using Fn = int (*)(ibv_device*);
     static const Fn next = real<Fn>("ibv_get_device_index", "IBVERBS_1.9");

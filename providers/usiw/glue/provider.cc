@@ -1,20 +1,28 @@
 // The provider as rdma-core sees it: the driver registered with libibverbs'
-// own loader, and how the usiw devices are found (the link configuration;
-// verbs/device_registry.h keeps them).
+// own loader, and how the usiw devices are found (verbs/device_registry.h
+// keeps them; the core does not know which way a device was found).
 //
-// With stock rdma-core and no kernel support, libibverbs never enumerates a
-// usiw device by itself (it lists kernel devices only), so the devices are
-// listed by interposition (interpose.cc) and opened here with cmd_fd == -1.
-// The registration is what lets a kernel-backed usiw device (the optional
-// shim) be matched by libibverbs in the ordinary way.
+// A usiw device is either kernel-less or the kernel shim's. With stock
+// rdma-core and no shim, libibverbs never enumerates a usiw device by itself
+// (it lists kernel devices only), so kernel-less devices come from the link
+// configuration, are listed by interposition (interpose.cc) and are opened
+// here with cmd_fd == -1. Shim devices are kernel devices: libibverbs lists
+// them, matches them through this registration (shim/) and opens them with
+// the command fd.
+#include <dlfcn.h>
 #include <infiniband/ib_user_ioctl_verbs.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <mutex>
 #include <vector>
 
 #include "cm/rendezvous.h"
 #include "host/link_config.h"
+#include "host/rdma_links.h"
+#include "shim/shim.h"
+#include "usiw-abi.h"
 #include "verbs/device_registry.h"
 #include "verbs/log.h"
 #include "verbs/rdma_core_abi.h"
@@ -25,17 +33,15 @@ namespace usiw {
 namespace {
 
 verbs_context* alloc_context(ibv_device* device, int cmd_fd, void*) {
-    return open_context(to_device(device), cmd_fd);
+    // A command fd means a kernel device, i.e. the shim's: its objects and
+    // events go through the kernel.
+    return open_context(to_device(device), cmd_fd, cmd_fd >= 0 ? shim::make_backing() : nullptr);
 }
 
-verbs_device* alloc_device(verbs_sysfs_dev*) {
-    // No kernel device is usiw's to claim until the kernel shim exists.
-    errno = ENODEV;
-    return nullptr;
-}
-
-void uninit_device(verbs_device*) {
-    // usiw devices live as long as the process: the list holds a reference.
+void uninit_device(verbs_device* device) {
+    // Kernel-less devices live as long as the process (the list holds a
+    // reference); a shim device goes when libibverbs lets go of it.
+    shim::uninit_device(device);
 }
 
 const verbs_match_ent kMatchTable[] = {{}};  // sentinel only
@@ -43,14 +49,14 @@ const verbs_match_ent kMatchTable[] = {{}};  // sentinel only
 const verbs_device_ops& device_ops() {
     static const verbs_device_ops ops = {
         .name = "usiw",
-        .match_min_abi_version = 0,
-        .match_max_abi_version = INT32_MAX,
+        .match_min_abi_version = USIW_ABI_VERSION,  // the kernel shim's uverbs ABI
+        .match_max_abi_version = USIW_ABI_VERSION,
         .match_table = kMatchTable,
         .static_providers = nullptr,
-        .match_device = nullptr,
+        .match_device = shim::match_device,
         .alloc_context = alloc_context,
         .import_context = nullptr,
-        .alloc_device = alloc_device,
+        .alloc_device = shim::alloc_device,
         .uninit_device = uninit_device,
     };
     return ops;
@@ -77,17 +83,50 @@ Device* make_device(const LinkSpec& link, int index) {
     return d;
 }
 
-// The device discovery of the kernel-less mode: one device for each link
-// of the link configuration, added to the core's device list when it is
-// first read.
+// Whether a kernel shim link stands where a kernel-less link would: one of
+// the same name or on the same netdev. The shim's is the device the link
+// configuration meant, and a program must not see both.
+bool shadowed_by_shim(const LinkSpec& link, const std::vector<RdmaLink>& kernel_links) {
+    return std::any_of(kernel_links.begin(), kernel_links.end(), [&](const RdmaLink& k) {
+        return k.usiw_shim &&
+               (k.name == link.name || (!k.netdev.empty() && k.netdev == link.netdev));
+    });
+}
+
+// libibverbs' own device listing (the interposer's, when preloaded, would
+// read the device list being built).
+void list_kernel_devices() {
+    using Fn = ibv_device** (*)(int*);
+    static const Fn real_list = [] {
+        auto fn = reinterpret_cast<Fn>(dlvsym(RTLD_NEXT, "ibv_get_device_list", "IBVERBS_1.1"));
+        return fn ? fn : static_cast<Fn>(&ibv_get_device_list);
+    }();
+    if (ibv_device** list = real_list(nullptr))
+        ibv_free_device_list(list);
+}
+
+// The device discovery, when the device list is first read: the kernel
+// shim's devices (libibverbs lists them, and shim::alloc_device adds each),
+// then one kernel-less device for each link of the link configuration that
+// no shim link shadows. Shim devices that appear later are added when
+// libibverbs lists them.
 void discover_devices() {
+    list_kernel_devices();
     std::string error;
     const std::vector<LinkSpec> links = effective_links(&error);
     if (!error.empty())
         log_error("no usiw devices: %s", error.c_str());
+    std::string netlink_error;
+    const std::vector<RdmaLink> kernel_links = kernel_rdma_links(&netlink_error);
     std::vector<Device*> devices;
-    for (const LinkSpec& link : links)
+    for (const LinkSpec& link : links) {
+        if (shadowed_by_shim(link, kernel_links)) {
+            log_debug("%s on %s: not listed, the kernel shim has a device there", link.name.c_str(),
+                      link.netdev.c_str());
+            continue;
+        }
         devices.push_back(make_device(link, static_cast<int>(devices.size())));
+    }
     add_devices(devices);
 }
 

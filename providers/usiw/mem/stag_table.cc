@@ -54,10 +54,12 @@ uint32_t StagTable::take_slot() {
         index = free_.back();
         free_.pop_back();
     } else {
-        index = static_cast<uint32_t>(slots_.size());
+        if (own_base_ + slots_.size() > kMaxIndex)
+            return 0;
+        index = own_base_ + static_cast<uint32_t>(slots_.size());
         slots_.emplace_back();
     }
-    Slot& slot = slots_[index];
+    Slot& slot = slots_[index - own_base_];
     // A fresh key on every use of a slot makes a stale STag from an earlier
     // registration fail the key check instead of reaching new memory. The
     // key comes from a CSPRNG (glibc's arc4random: kernel-seeded, reseeded
@@ -80,17 +82,53 @@ uint32_t StagTable::add(const void* pd, uintptr_t addr, uint64_t iova, uint64_t 
     const uint32_t index = take_slot();
     if (index == 0)
         return 0;
-    Slot& slot = slots_[index];
+    Slot& slot = *slot_at(index);
     slot.region = {(index << 8) | slot.key, pd, addr, iova, length, access | kAccessLocalRead};
     return slot.region.stag;
 }
 
-const StagTable::Slot* StagTable::find(uint32_t stag) const {
+bool StagTable::issue_above(uint32_t base) {
+    std::lock_guard lock(mutex_);
+    if (base == 0 || base > kMaxIndex || slots_.size() != 1 || !issued_.empty())
+        return false;
+    own_base_ = base;
+    return true;
+}
+
+bool StagTable::add_issued(uint32_t stag, const void* pd, uintptr_t addr, uint64_t iova,
+                           uint64_t length, unsigned access) {
     const uint32_t index = index_of(stag);
-    if (index == 0 || index >= slots_.size())
-        return nullptr;
-    const Slot& slot = slots_[index];
-    return slot.live && slot.key == key_of(stag) ? &slot : nullptr;
+    std::lock_guard lock(mutex_);
+    if (index == 0 || index >= own_base_)
+        return false;
+    if (index >= issued_.size())
+        issued_.resize(index + 1);
+    Slot& slot = issued_[index];
+    if (slot.live)
+        return false;
+    slot.key = key_of(stag);
+    slot.live = true;
+    slot.invalidated = false;
+    slot.region = {stag, pd, addr, iova, length, access | kAccessLocalRead};
+    ++live_;
+    return true;
+}
+
+const StagTable::Slot* StagTable::slot_at(uint32_t index) const {
+    if (index >= own_base_) {
+        const uint32_t i = index - own_base_;
+        return i != 0 && i < slots_.size() ? &slots_[i] : nullptr;
+    }
+    return index < issued_.size() ? &issued_[index] : nullptr;
+}
+
+StagTable::Slot* StagTable::slot_at(uint32_t index) {
+    return const_cast<Slot*>(std::as_const(*this).slot_at(index));
+}
+
+const StagTable::Slot* StagTable::find(uint32_t stag) const {
+    const Slot* slot = slot_at(index_of(stag));
+    return slot && slot->live && slot->key == key_of(stag) ? slot : nullptr;
 }
 
 StagTable::Slot* StagTable::find(uint32_t stag) {
@@ -113,7 +151,8 @@ bool StagTable::remove(uint32_t stag) {
     if (!slot || slot->window || slot->bound_windows > 0)
         return false;
     slot->live = false;
-    free_.push_back(index_of(stag));
+    if (index_of(stag) >= own_base_)
+        free_.push_back(index_of(stag));
     --live_;
     return true;
 }
@@ -176,7 +215,7 @@ wire::StagError StagTable::check_remote(uint32_t stag, const void* pd, const voi
             // A window works only while its region does (an invalidated
             // region takes its windows with it), and a type 2 window only
             // on the stream of the QP that bound it.
-            if (slots_[slot->parent].invalidated)
+            if (slot_at(slot->parent)->invalidated)
                 return wire::StagError::kInvalidStag;
             if (slot->type == WindowType::kType2 && slot->qp != qp)
                 return wire::StagError::kNotAssociated;
@@ -191,7 +230,7 @@ uint32_t StagTable::add_window(const void* pd, WindowType type) {
     const uint32_t index = take_slot();
     if (index == 0)
         return 0;
-    Slot& slot = slots_[index];
+    Slot& slot = *slot_at(index);
     slot.window = true;
     slot.type = type;
     slot.invalidated = true;  // not bound yet
@@ -202,7 +241,7 @@ uint32_t StagTable::add_window(const void* pd, WindowType type) {
 void StagTable::unbind(Slot& window) {
     if (window.invalidated)
         return;
-    --slots_[window.parent].bound_windows;
+    --slot_at(window.parent)->bound_windows;
     window.invalidated = true;
     window.qp = nullptr;
     window.parent = 0;
@@ -216,9 +255,10 @@ BindError StagTable::bind_window(const WindowBind& bind, const void* qp_pd, cons
                                  uint32_t* stag) {
     std::lock_guard lock(mutex_);
     const uint32_t index = bind.window_index;
-    if (index == 0 || index >= slots_.size() || !slots_[index].live || !slots_[index].window)
+    Slot* window = slot_at(index);
+    if (!window || !window->live || !window->window)
         return BindError::kNoWindow;
-    Slot& w = slots_[index];
+    Slot& w = *window;
     if (w.region.pd != qp_pd)
         return BindError::kWrongPd;
     if (w.type == WindowType::kType2 && !w.invalidated)
@@ -259,18 +299,17 @@ BindError StagTable::bind_window(const WindowBind& bind, const void* qp_pd, cons
                 bind.length,
                 bind.access &
                     (IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)};
-    ++slots_[parent].bound_windows;
+    ++slot_at(parent)->bound_windows;
     *stag = new_stag;
     return BindError::kNone;
 }
 
 bool StagTable::remove_window(uint32_t window_index) {
     std::lock_guard lock(mutex_);
-    if (window_index == 0 || window_index >= slots_.size())
+    Slot* window = slot_at(window_index);
+    if (!window || !window->live || !window->window)
         return false;
-    Slot& w = slots_[window_index];
-    if (!w.live || !w.window)
-        return false;
+    Slot& w = *window;
     unbind(w);
     w.live = false;
     free_.push_back(window_index);
@@ -294,7 +333,8 @@ int StagTable::remove_region(uint32_t stag) {
     if (slot->bound_windows > 0)
         return EBUSY;
     slot->live = false;
-    free_.push_back(index_of(stag));
+    if (index_of(stag) >= own_base_)  // another issuer's index is not ours to reuse
+        free_.push_back(index_of(stag));
     --live_;
     return 0;
 }

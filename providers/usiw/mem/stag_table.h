@@ -69,6 +69,17 @@ class StagTable {
 
     // Registers a region; returns its STag (never 0), or 0 if the table is full.
     uint32_t add(const void* pd, uintptr_t addr, uint64_t iova, uint64_t length, unsigned access);
+
+    // For a table that shares the STag space with another issuer (the
+    // kernel shim issues the STags of memory registrations): from now on the
+    // table issues indexes from `base` up only, and add_issued() takes the
+    // other's below it. Call before the first add; false if `base` is out
+    // of range or the table is in use.
+    bool issue_above(uint32_t base);
+    // Registers a region under an STag the other issuer gave it (index below
+    // the base). False if the index is out of range or already live.
+    bool add_issued(uint32_t stag, const void* pd, uintptr_t addr, uint64_t iova, uint64_t length,
+                    unsigned access);
     // Changes a live region in place (rereg_mr); the STag stays. Refused
     // while windows are bound to it (they name its memory).
     bool update(uint32_t stag, const void* pd, uintptr_t addr, uint64_t iova, uint64_t length,
@@ -132,13 +143,22 @@ class StagTable {
     // mutex_ held.
     Slot* find(uint32_t stag);
     const Slot* find(uint32_t stag) const;
-    // A free slot made live with a fresh key; 0 if the table is full.
+    // The slot of an index (the table's own, or another issuer's below
+    // own_base_), live or not, or nullptr.
+    const Slot* slot_at(uint32_t index) const;
+    Slot* slot_at(uint32_t index);
+    // A free slot of the table's own made live with a fresh key; 0 if the
+    // table is full.
     uint32_t take_slot();
     // A bound window goes back to the unbound state (its region released).
     void unbind(Slot& window);
 
     mutable std::mutex mutex_;  // protects everything below
-    std::vector<Slot> slots_;   // index 0 is never used: STag 0 is reserved
+    // Own index own_base_ + i lives in slots_[i]; slots_[0] is never used,
+    // so with own_base_ == 0 STag 0 stays reserved.
+    std::vector<Slot> slots_;
+    uint32_t own_base_ = 0;
+    std::vector<Slot> issued_;  // by index; only with own_base_ > 0
     std::vector<uint32_t> free_;
     uint32_t max_regions_;
     size_t live_ = 0;

@@ -57,7 +57,10 @@ int query_device_ex(ibv_context* ibctx, const ibv_query_device_ex_input* input,
 int query_port(ibv_context* ibctx, uint8_t port_num, ibv_port_attr* attr) {
     if (port_num != 1)
         return EINVAL;
-    to_context(ibctx)->device->fill_port_attr(attr);
+    Context* ctx = to_context(ibctx);
+    if (ctx->backing)
+        return ctx->backing->query_port(port_num, attr);
+    ctx->device->fill_port_attr(attr);
     return 0;
 }
 
@@ -84,9 +87,23 @@ int make_command_fd() {
     return fds[0];
 }
 
+// The async event pipe and completion vectors of a context nothing backs.
+int open_unbacked(Context* ctx) {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0)
+        return errno;
+    fcntl(fds[1], F_SETFL, O_NONBLOCK);
+    ctx->async_write_fd = fds[1];
+    ibv_context* ibctx = ctx->ibv();
+    ibctx->async_fd = fds[0];
+    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    ibctx->num_comp_vectors = cpus > 0 ? static_cast<int>(cpus) : 1;
+    return 0;
+}
+
 }  // namespace
 
-verbs_context* open_context(Device* device, int cmd_fd) {
+verbs_context* open_context(Device* device, int cmd_fd, std::unique_ptr<ContextBacking> backing) {
     if (cmd_fd < 0)
         cmd_fd = make_command_fd();  // -1 if it cannot be made: then the context has none
     auto* shell = static_cast<ContextShell*>(_verbs_init_and_alloc_context(
@@ -96,27 +113,30 @@ verbs_context* open_context(Device* device, int cmd_fd) {
         return nullptr;  // libibverbs closed cmd_fd and set errno
 
     auto* ctx = new (std::nothrow) Context;
-    int fds[2];
-    if (!ctx || pipe2(fds, O_CLOEXEC) != 0) {
-        const int err = ctx ? errno : ENOMEM;
+    int err = ctx ? 0 : ENOMEM;
+    if (ctx) {
+        shell->state = ctx;
+        ctx->shell = shell;
+        ctx->device = device;
+        if (backing) {
+            uint32_t own_stag_base = 0;
+            err = backing->open(ctx, &own_stag_base);
+            if (!err && !ctx->stags.issue_above(own_stag_base))
+                err = EPROTO;
+            ctx->backing = std::move(backing);
+        } else {
+            err = open_unbacked(ctx);
+        }
+    }
+    if (err) {
         delete ctx;
-        verbs_uninit_context(&shell->vctx);
+        verbs_uninit_context(&shell->vctx);  // closes cmd_fd and the async fd
         free(shell);
         errno = err;
         return nullptr;
     }
-    fcntl(fds[1], F_SETFL, O_NONBLOCK);
-    shell->state = ctx;
-    ctx->shell = shell;
-    ctx->device = device;
-    ctx->async_write_fd = fds[1];
     fork_guard_install();
     ctx->fork_generation = fork_generation();
-
-    ibv_context* ibctx = ctx->ibv();
-    ibctx->async_fd = fds[0];
-    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    ibctx->num_comp_vectors = cpus > 0 ? static_cast<int>(cpus) : 1;
     verbs_set_ops(&shell->vctx, &context_ops());
 
     device->refresh();
@@ -132,7 +152,8 @@ verbs_context* open_context(Device* device, int cmd_fd) {
                           error.c_str());
         }
     }
-    watch_device(device);
+    if (!ctx->backing)  // a backing raises its own port events
+        watch_device(device);
     return &shell->vctx;
 }
 

@@ -45,10 +45,20 @@ Cq* cq_create(ibv_context* ibctx, int cqe, ibv_comp_channel* channel, int comp_v
     cq->context = ctx;
     cq->channel = reinterpret_cast<CompChannel*>(channel);
     ibv_cq& c = cq->vcq.cq;
+    if (ctx->backing) {
+        if (int err = ctx->backing->create_cq(cq, cqe, channel, comp_vector)) {
+            delete cq;
+            std::lock_guard lock(ctx->objects_mutex);
+            --ctx->cq_count;
+            errno = err;
+            return nullptr;
+        }
+    } else {
+        c.handle = ctx->cq_count;
+    }
     c.context = ibctx;
     c.channel = channel;
     c.cqe = cqe;
-    c.handle = ctx->cq_count;
     return cq;
 }
 
@@ -64,6 +74,10 @@ int destroy_cq(ibv_cq* ibcq) {
     if (cq->users.load() != 0)
         return EBUSY;
     Context* ctx = cq->context;
+    if (ctx->backing) {
+        if (int err = ctx->backing->destroy_cq(cq))
+            return err;
+    }
     Pd* parent_domain = cq->parent_domain;
     delete cq;  // its entries go back to the parent domain's allocator
     if (parent_domain)

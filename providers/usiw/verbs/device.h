@@ -57,6 +57,10 @@ struct Device {
     std::string name;     // e.g. usiw0
     std::string netdev;   // e.g. lo
     int index = 0;        // position in the usiw device list
+    // Listed by libibverbs from the kernel (a device of the kernel shim),
+    // rather than by the interposer. The core serves both alike; only the
+    // glue that lists devices asks.
+    bool kernel_listed = false;
     // Shared with other processes (host/device_stats.h); process-local
     // until the first open maps the shared segment, or if it cannot.
     DeviceStats local_stats;

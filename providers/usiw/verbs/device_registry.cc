@@ -1,5 +1,6 @@
 #include "verbs/device_registry.h"
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <vector>
@@ -16,11 +17,13 @@ std::once_flag discovered;
 // added once, and so readers never take a lock.
 std::atomic<const std::vector<Device*>*> published{nullptr};
 
-// Serializes adding; holds the lists replaced (reachable, for leak
-// checkers). Used until the process ends, so never destroyed.
+// Serializes adding and removing; holds the lists replaced and the devices
+// removed (reachable, for leak checkers). Used until the process ends, so
+// never destroyed.
 struct Adding {
     std::mutex mutex;
     std::vector<const std::vector<Device*>*> replaced;
+    std::vector<Device*> removed;  // devices taken out, kept allocated
 };
 
 Adding& adding() {
@@ -28,13 +31,27 @@ Adding& adding() {
     return *a;
 }
 
-std::span<Device* const> current() {
-    std::call_once(discovered, [] {
-        if (void (*discover)() = discovery.load())
-            discover();
-    });
+// Set while this thread runs the discovery. The discovery may read the
+// list itself, through libibverbs calling back into the interposer while
+// it lists the kernel's devices (glue/provider.cc): it then sees what has
+// been added so far instead of waiting for itself.
+thread_local bool discovering = false;
+
+std::span<Device* const> added() {
     const std::vector<Device*>* list = published.load(std::memory_order_acquire);
     return list ? std::span<Device* const>(*list) : std::span<Device* const>();
+}
+
+std::span<Device* const> current() {
+    if (!discovering)
+        std::call_once(discovered, [] {
+            if (void (*discover)() = discovery.load()) {
+                discovering = true;
+                discover();
+                discovering = false;
+            }
+        });
+    return added();
 }
 
 }  // namespace
@@ -56,14 +73,33 @@ void add_devices(std::span<Device* const> devices) {
     published.store(list, std::memory_order_release);
 }
 
+void remove_device(Device* device) {
+    Adding& a = adding();
+    std::lock_guard lock(a.mutex);
+    const std::vector<Device*>* old = published.load(std::memory_order_relaxed);
+    if (!old || std::find(old->begin(), old->end(), device) == old->end())
+        return;
+    auto* list = new std::vector<Device*>;
+    for (Device* d : *old)
+        if (d != device)
+            list->push_back(d);
+    a.replaced.push_back(old);
+    a.removed.push_back(device);
+    published.store(list, std::memory_order_release);
+}
+
 std::span<Device* const> usiw_devices() {
     return current();
+}
+
+std::span<Device* const> usiw_devices_added() {
+    return added();
 }
 
 Device* usiw_device(const ibv_device* device) {
     if (!device)
         return nullptr;
-    for (Device* d : current())
+    for (Device* d : added())
         if (d->ibv() == device)
             return d;
     return nullptr;

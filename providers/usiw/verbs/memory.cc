@@ -57,8 +57,18 @@ ibv_pd* alloc_pd(ibv_context* ibctx) {
         return nullptr;
     }
     pd->context = ctx;
+    if (ctx->backing) {
+        if (int err = ctx->backing->alloc_pd(pd)) {
+            delete pd;
+            std::lock_guard lock(ctx->objects_mutex);
+            --ctx->pd_count;
+            errno = err;
+            return nullptr;
+        }
+    } else {
+        pd->ibv.handle = ctx->pd_count;
+    }
     pd->ibv.context = ibctx;
-    pd->ibv.handle = ctx->pd_count;
     return &pd->ibv;
 }
 
@@ -69,6 +79,10 @@ int dealloc_pd(ibv_pd* ibpd) {
     if (pd->users.load() != 0)
         return EBUSY;
     Context* ctx = pd->context;
+    if (ctx->backing) {
+        if (int err = ctx->backing->dealloc_pd(pd))
+            return err;
+    }
     delete pd;
     std::lock_guard lock(ctx->objects_mutex);
     --ctx->pd_count;
@@ -99,19 +113,37 @@ ibv_mr* reg_mr(ibv_pd* ibpd, void* addr, size_t length, uint64_t hca_va, int acc
         errno = ENOMEM;
         return nullptr;
     }
-    mr->stag = ctx->stags.add(pd, start, hca_va, length, static_cast<unsigned>(access));
-    if (mr->stag == 0) {
-        delete mr;
-        errno = ENOMEM;
-        return nullptr;
+    ibv_mr& m = mr->vmr.ibv_mr;
+    if (ctx->backing) {
+        // The backing pins the memory and issues the STag (as lkey).
+        if (int err = ctx->backing->reg_mr(mr, pd, addr, length, hca_va, access)) {
+            delete mr;
+            errno = err;
+            return nullptr;
+        }
+        mr->stag = m.lkey;
+        if (!ctx->stags.add_issued(mr->stag, pd, start, hca_va, length,
+                                   static_cast<unsigned>(access))) {
+            log_error("reg_mr: STag 0x%x from the kernel is not usable", mr->stag);
+            ctx->backing->dereg_mr(mr);
+            delete mr;
+            errno = EPROTO;
+            return nullptr;
+        }
+    } else {
+        mr->stag = ctx->stags.add(pd, start, hca_va, length, static_cast<unsigned>(access));
+        if (mr->stag == 0) {
+            delete mr;
+            errno = ENOMEM;
+            return nullptr;
+        }
+        m.handle = mr->stag >> 8;
     }
     mr->pd = pd;
-    ibv_mr& m = mr->vmr.ibv_mr;
     m.context = pd->ibv.context;
     m.pd = ibpd;
     m.addr = addr;
     m.length = length;
-    m.handle = mr->stag >> 8;
     m.lkey = mr->stag;
     m.rkey = mr->stag;
     mr->vmr.mr_type = USIW_IBV_MR_TYPE_MR;
@@ -122,6 +154,8 @@ ibv_mr* reg_mr(ibv_pd* ibpd, void* addr, size_t length, uint64_t hca_va, int acc
 
 int rereg_mr(verbs_mr* vmr, int flags, ibv_pd* new_ibpd, void* addr, size_t length, int access) {
     Mr* mr = to_mr(vmr);
+    if (mr->pd->context->backing)
+        return EOPNOTSUPP;  // the kernel pinned the old range; register anew instead
     if (flags &
         ~(IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS))
         return EINVAL;
@@ -170,9 +204,17 @@ int rereg_mr(verbs_mr* vmr, int flags, ibv_pd* new_ibpd, void* addr, size_t leng
 
 int dereg_mr(verbs_mr* vmr) {
     Mr* mr = to_mr(vmr);
+    Context* ctx = mr->pd->context;
+    if (ctx->backing) {
+        // Unpinned only when it can go: a region with windows bound stays.
+        if (ctx->stags.has_bound_windows(mr->stag))
+            return EBUSY;
+        if (int err = ctx->backing->dereg_mr(mr))  // unpins
+            return err;
+    }
     // A region with windows bound to it stays (as rxe): EBUSY until they
     // are unbound, invalidated or deallocated.
-    if (mr->pd->context->stags.remove_region(mr->stag) == EBUSY)
+    if (ctx->stags.remove_region(mr->stag) == EBUSY)
         return EBUSY;
     mr->pd->users.fetch_sub(1);
     delete mr;

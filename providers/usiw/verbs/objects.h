@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "mem/stag_table.h"
+#include "verbs/context_backing.h"
 #include "verbs/device.h"
 #include "verbs/queue_memory.h"
 #include "verbs/rdma_core_abi.h"
@@ -35,7 +36,8 @@ struct Stream;
 
 // A completion channel created by usiw's ibv_create_comp_channel: the pipe's
 // read end is the fd the application polls (libibverbs reads 8-byte CQ
-// handles from it); the write end is ours.
+// handles from it); the write end is ours. A backed context's channels are
+// the kernel's own, never this.
 struct CompChannel {
     ibv_comp_channel ibv;
     int write_fd = -1;
@@ -216,8 +218,11 @@ struct ContextShell {
 struct Context {
     ContextShell* shell = nullptr;
     Device* device = nullptr;
-    int async_write_fd = -1;  // the read end is ibv_context::async_fd
+    int async_write_fd = -1;  // the read end is ibv_context::async_fd; -1 with a backing
     uint32_t fork_generation = 0;  // when opened (verbs/fork_guard.h)
+    // The kernel shim's objects and events for a device it backs; null for a
+    // kernel-less device (context_backing.h).
+    std::unique_ptr<ContextBacking> backing;
     StagTable stags;
 
     std::mutex objects_mutex;  // protects the counts below

@@ -155,7 +155,8 @@ ibv_qp* create_qp_common(ibv_pd* ibpd, ibv_qp_init_attr_ex* attr) {
         errno = err;
         return nullptr;
     }
-    uint32_t qp_num;
+    uint32_t qp_num = 0;
+    bool qp_num_reserved = false;
     {
         std::lock_guard lock(ctx->objects_mutex);
         if (ctx->qp_count >= kMaxQp) {
@@ -163,12 +164,17 @@ ibv_qp* create_qp_common(ibv_pd* ibpd, ibv_qp_init_attr_ex* attr) {
             return nullptr;
         }
         ++ctx->qp_count;
-        // Unique among the user's processes on this host, so that the
-        // rendezvous finds a QP by its number (host/qpn_allocator.h).
-        do {
-            qp_num = allocate_qpn();
-        } while (ctx->qps.contains(qp_num));
-        ctx->qps[qp_num] = nullptr;  // reserved until the QP is built
+        // A backing numbers the QP (the kernel shim: unique on its device).
+        // Otherwise the number is unique among the user's processes on this
+        // host, so that the rendezvous finds a QP by its number
+        // (host/qpn_allocator.h).
+        if (!ctx->backing) {
+            do {
+                qp_num = allocate_qpn();
+            } while (ctx->qps.contains(qp_num));
+            ctx->qps[qp_num] = nullptr;  // reserved until the QP is built
+            qp_num_reserved = true;
+        }
     }
     const DomainUse domain = use_domain(ibpd);
     auto* qp = new (std::nothrow) Qp;
@@ -178,15 +184,40 @@ ibv_qp* create_qp_common(ibv_pd* ibpd, ibv_qp_init_attr_ex* attr) {
         delete qp;
         qp = nullptr;
     }
-    if (!qp) {
+    int err = qp ? 0 : ENOMEM;
+    if (!err && ctx->backing) {
+        err = ctx->backing->create_qp(qp, attr);
+        qp_num = qp->vqp.qp.qp_num;
+        if (!err) {
+            std::lock_guard lock(ctx->objects_mutex);
+            if (ctx->qps.contains(qp_num)) {
+                log_error("create_qp: the kernel gave QP number %u twice", qp_num);
+                ctx->backing->destroy_qp(qp);
+                err = EPROTO;
+            } else {
+                ctx->qps[qp_num] = nullptr;  // reserved until the QP is built
+                qp_num_reserved = true;
+            }
+        }
+    }
+    if (err) {
+        delete qp;
         release_domain(ibpd);
         std::lock_guard lock(ctx->objects_mutex);
-        ctx->qps.erase(qp_num);
+        if (qp_num_reserved)
+            ctx->qps.erase(qp_num);
         --ctx->qp_count;
-        errno = ENOMEM;
+        errno = err;
         return nullptr;
     }
     qp->single_threaded = domain.single_threaded;
+    ibv_qp& q = qp->vqp.qp;
+    if (!ctx->backing) {  // else the backing's command filled these in
+        q.handle = qp_num;
+        q.qp_num = qp_num;
+        pthread_mutex_init(&q.mutex, nullptr);
+        pthread_cond_init(&q.cond, nullptr);
+    }
     qp->context = ctx;
     qp->pd = pd;
     qp->send_cq = to_cq(attr->send_cq);
@@ -215,21 +246,16 @@ ibv_qp* create_qp_common(ibv_pd* ibpd, ibv_qp_init_attr_ex* attr) {
     if (qp->srq)
         qp->srq->users.fetch_add(1);
 
-    ibv_qp& q = qp->vqp.qp;
     q.context = ibctx;
     q.qp_context = attr->qp_context;
     q.pd = ibpd;  // the parent domain, if it was created on one
     q.send_cq = attr->send_cq;
     q.recv_cq = attr->recv_cq;
     q.srq = attr->srq;
-    q.handle = qp_num;
-    q.qp_num = qp_num;
     // libibverbs leaves a new QP's cached state at RESET for every provider;
     // ibv_query_qp reports the real one (INIT, as an RNIC QP starts).
     q.state = IBV_QPS_RESET;
     q.qp_type = IBV_QPT_RC;
-    pthread_mutex_init(&q.mutex, nullptr);
-    pthread_cond_init(&q.cond, nullptr);
     q.events_completed = 0;
     attr->cap = qp->cap;
     {
@@ -292,6 +318,10 @@ int destroy_qp(ibv_qp* ibqp) {
     Context* ctx = qp->context;
     if (inherited(ctx->fork_generation))
         return EPERM;  // the parent's (verbs/fork_guard.h)
+    if (ctx->backing) {
+        if (int err = ctx->backing->destroy_qp(qp))
+            return err;
+    }
     if (QpConnector* connector = qp_connector())
         connector->qp_destroying(qp);
     detach_from_cqs(qp);  // no poll_cq reaches the stream after this

@@ -42,12 +42,22 @@ ibv_srq* create_srq(ibv_pd* ibpd, ibv_srq_init_attr* init) {
     srq->pd = pd;
     srq->max_sge = a.max_sge;
     srq->limit = 0;  // ibv_create_srq ignores srq_limit; modify_srq arms it
-    pd->users.fetch_add(1);
     ibv_srq& s = srq->vsrq.srq;
+    if (ctx->backing) {
+        if (int err = ctx->backing->create_srq(srq, pd, init)) {
+            delete srq;
+            std::lock_guard lock(ctx->objects_mutex);
+            --ctx->srq_count;
+            errno = err;
+            return nullptr;
+        }
+    } else {
+        s.handle = ctx->srq_count;
+    }
+    pd->users.fetch_add(1);
     s.context = ctx->ibv();
     s.srq_context = init->srq_context;
     s.pd = ibpd;
-    s.handle = ctx->srq_count;
     srq->vsrq.srq_type = IBV_SRQT_BASIC;
     return &s;
 }
@@ -59,6 +69,10 @@ int destroy_srq(ibv_srq* ibsrq) {
     if (srq->users.load() != 0)
         return EBUSY;
     Context* ctx = srq->context;
+    if (ctx->backing) {
+        if (int err = ctx->backing->destroy_srq(srq))
+            return err;
+    }
     srq->pd->users.fetch_sub(1);
     ibv_pd* ibpd = ibsrq->pd;
     delete srq;  // its queue goes back to the parent domain's allocator

@@ -13,8 +13,11 @@ const verbs_context_ops& context_ops();
 
 // Opens a device for an application: the verbs_context rdma-core hands out.
 // `cmd_fd` is the kernel command fd when a kernel device backs the usiw
-// device, else -1. Returns nullptr with errno set on failure.
-verbs_context* open_context(Device* device, int cmd_fd);
+// device, else -1; `backing` is what keeps the context's objects and
+// events there (null for a kernel-less device). Returns nullptr with errno
+// set on failure.
+verbs_context* open_context(Device* device, int cmd_fd,
+                            std::unique_ptr<ContextBacking> backing = nullptr);
 
 // The QP with this number in `ctx`, or nullptr (rdma_connect/accept may
 // name a QP by number when the application created it itself).
