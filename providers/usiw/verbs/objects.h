@@ -218,7 +218,7 @@ struct ContextShell {
 struct Context {
     ContextShell* shell = nullptr;
     Device* device = nullptr;
-    int async_write_fd = -1;  // the read end is ibv_context::async_fd; -1 with a backing
+    int async_write_fd = -1;       // the read end is ibv_context::async_fd; -1 with a backing
     uint32_t fork_generation = 0;  // when opened (verbs/fork_guard.h)
     // The kernel shim's objects and events for a device it backs; null for a
     // kernel-less device (context_backing.h).
