@@ -33,7 +33,7 @@ struct usiw_device {
 
 	struct ida stag_ida;		/* STag indexes of live registrations */
 	struct ida qpn_ida;		/* numbers of live QPs */
-	atomic_t stag_key;		/* the key byte of the next STag */
+	atomic_t stag_key;		/* the key byte of the last STag issued */
 
 	atomic_t num_ctx, num_pd, num_mr, num_cq, num_qp, num_srq;
 };

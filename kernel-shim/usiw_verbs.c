@@ -11,6 +11,7 @@
  * here is a user object: a call without udata is refused.
  */
 #include <linux/inetdevice.h>
+#include <linux/random.h>
 #include <net/addrconf.h>
 #include <rdma/ib_umem.h>
 #include <rdma/ib_user_verbs.h>
@@ -59,7 +60,8 @@ static int usiw_query_device(struct ib_device *ibdev,
 	attr->max_srq_wr = USIW_MAX_SRQ_WR;
 	attr->max_srq_sge = USIW_MAX_SGE;
 	attr->max_pkeys = 1;
-	attr->atomic_cap = IB_ATOMIC_NONE;
+	/* As the provider reports: its datapath serves RFC 7306 atomics. */
+	attr->atomic_cap = IB_ATOMIC_HCA;
 	return 0;
 }
 
@@ -211,8 +213,12 @@ static int usiw_dealloc_pd(struct ib_pd *pd, struct ib_udata *udata)
  * Pins [start, start + length) with ib_umem_get (FOLL_LONGTERM, charged to
  * the process's pinned_vm and refused with -ENOMEM beyond RLIMIT_MEMLOCK
  * without CAP_IPC_LOCK), and issues the region's STag: a device-wide index
- * and a key byte that differs from the previous registration's, so a stale
- * STag for a reused index fails the key check.
+ * and a key byte. The key moves on from the previous registration's by a
+ * random 1..255, so it is never the last one (a stale STag for a reused
+ * index fails the key check) and a peer cannot predict it (as the
+ * kernel-less devices' keys, which come from a CSPRNG).
+ * Atomic access is allowed: the user-space datapath serves RFC 7306
+ * atomics on the pinned pages. On-demand paging is not offered.
  */
 static struct ib_mr *usiw_reg_user_mr(struct ib_pd *pd, u64 start, u64 length,
 				      u64 iova, int access,
@@ -226,7 +232,7 @@ static struct ib_mr *usiw_reg_user_mr(struct ib_pd *pd, u64 start, u64 length,
 
 	if (!udata)
 		return ERR_PTR(-EOPNOTSUPP);
-	if (access & (IB_ACCESS_REMOTE_ATOMIC | IB_ACCESS_ON_DEMAND))
+	if (access & IB_ACCESS_ON_DEMAND)
 		return ERR_PTR(-EOPNOTSUPP);
 	err = usiw_take(&udev->num_mr, USIW_MAX_MR);
 	if (err)
@@ -248,7 +254,7 @@ static struct ib_mr *usiw_reg_user_mr(struct ib_pd *pd, u64 start, u64 length,
 		err = index;
 		goto err_umem;
 	}
-	key = (u8)atomic_inc_return(&udev->stag_key);
+	key = (u8)atomic_add_return(1 + get_random_u32() % 255, &udev->stag_key);
 	mr->stag_index = index;
 	mr->ibmr.lkey = (u32)index << 8 | key;
 	mr->ibmr.rkey = mr->ibmr.lkey;

@@ -257,8 +257,11 @@ void make_objects(Endpoint& e, const Options& o, size_t message) {
         die("mmap: %s", std::strerror(errno));
     e.buffer = static_cast<uint8_t*>(mem);
     std::memset(e.buffer, 0, buffer_size(e));
+    // With atomic access too, as qperf and libfabric register (RFC 7306):
+    // the shim pins such a region like any other.
     e.mr = ibv_reg_mr(e.pd, e.buffer, buffer_size(e),
-                      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+                      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                          IBV_ACCESS_REMOTE_ATOMIC);
     if (!e.mr)
         die("ibv_reg_mr: %s", std::strerror(errno));
 }
