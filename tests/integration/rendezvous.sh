@@ -142,9 +142,21 @@ capture() {
     CAPTURE_PID=$!
     wait_for_line "$file.log" "Capturing on"
 }
-# Stops the capture once every packet sent so far is in the file. (TERM:
-# a non-interactive shell starts its background jobs ignoring INT.)
+# stop_capture FILE CONNECTIONS: stops the capture once the file holds the
+# end (a FIN or a reset) of both directions of CONNECTIONS connections, or
+# after 20 s. tshark drops what its capture buffer still holds when it is
+# told to stop, and on a busy machine that was the last segments of an
+# FPDU, which then did not decode as MPA. (TERM: a non-interactive shell
+# starts its background jobs ignoring INT.)
 stop_capture() {
+    local file=$1 want=$(($2 * 2)) tries=200 ends
+    while [ "$tries" -gt 0 ]; do
+        ends=$(tshark -n -r "$file" -Y "tcp.flags.fin == 1 || tcp.flags.reset == 1" 2>/dev/null |
+            wc -l)
+        [ "$ends" -ge "$want" ] && break
+        tries=$((tries - 1))
+        sleep 0.1
+    done
     kill -TERM "$CAPTURE_PID" 2>/dev/null
     wait "$CAPTURE_PID" 2>/dev/null
 }
@@ -230,7 +242,7 @@ if [ "$WHERE" = loopback ] || [ "$WHERE" = all ]; then
             pair "captured, IPv4 (try $attempt)" $((18609 + 2 * attempt)) "$lo" "$lo" 127.0.0.1 \
                 -s 100000 -- -s 100000
             pair "captured, IPv6 (try $attempt)" $((18610 + 2 * attempt)) "$lo" "$lo" ::1 -g 1 -- -g 1
-            stop_capture
+            stop_capture "$cap" 2  # the IPv4 and the IPv6 connection
             if out=$(wire_check "rendezvous connections" "$cap"); then
                 ok "${out#WIRE PASS: }"
                 break
