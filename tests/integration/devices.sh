@@ -127,6 +127,10 @@ expect_status() {  # DESCRIPTION STATUS
     if [[ $RC -eq $2 ]]; then pass "$1: exit $2"; else fail "$1: exit $2 expected"; fi
 }
 
+expect_stderr_line() {  # DESCRIPTION EXACT-LINE
+    if grep -qxF -- "$2" <<<"$ERR"; then pass "$1: stderr says '$2'"; else fail "$1: stderr lacks '$2'"; fi
+}
+
 expect_no_stderr() {  # DESCRIPTION
     if [[ -z $ERR ]]; then pass "$1: nothing on stderr"; else fail "$1: unexpected stderr"; fi
 }
@@ -295,7 +299,14 @@ printf 'usiw0 netdev lo\ngone0 netdev %s\n' "$MISSING_NETDEV" >"$WORK/missing/us
 have_missing=1
 [[ -e /sys/class/net/$MISSING_NETDEV ]] && have_missing=0
 
-chmod -R a+rX "$WORK/default" "$WORK/two" "$WORK/missing"
+# broken: a user links file whose third line is malformed, and a system
+# file that lists a name twice. Every program that loads the provider must
+# say so on stderr, whatever the log level, with the file and line.
+mkdir -p "$WORK/broken/user" "$WORK/broken/system" "$WORK/dupe/user" "$WORK/dupe/system"
+printf '# mine\nusiw0 netdev lo\nusiw1 lo\n' >"$WORK/broken/user/links"
+printf 'usiw0 netdev lo\nusiw0 netdev lo\n' >"$WORK/dupe/system/links"
+
+chmod -R a+rX "$WORK/default" "$WORK/two" "$WORK/missing" "$WORK/broken" "$WORK/dupe"
 
 if [[ $(id -u) -eq 0 ]]; then
     users=(self nobody)
@@ -334,6 +345,25 @@ for AS in "${users[@]}"; do
         pass "two links ($who): ibv_devinfo -d usiw1 shows only usiw1"
     else
         fail "two links ($who): ibv_devinfo -d usiw1 shows only usiw1"
+    fi
+
+    # A broken links file, reported by each stock program with its file and
+    # line; no usiw device exists then.
+    # (rping through timeout: on a machine with a kernel RDMA device it would
+    # otherwise wait there for a client)
+    for tool in ibv_devices "ibv_devinfo -l" "timeout 10 rping -s -a 127.0.0.1 -p 1 -C 1"; do
+        # shellcheck disable=SC2086
+        VERBS_LOG_LEVEL=0 run_tool broken $tool
+        expect_stderr_line "broken links ($who): $tool" \
+            "usiw: no usiw devices: $WORK/broken/user/links:3: expected 'NAME netdev NETDEV', found 'usiw1 lo'"
+    done
+    run_tool dupe ibv_devices
+    expect_stderr_line "duplicate link ($who): ibv_devices" \
+        "usiw: no usiw devices: $WORK/dupe/system/links:2: link 'usiw0' is listed twice"
+    if ! grep -q usiw0 <<<"$OUT"; then
+        pass "duplicate link ($who): ibv_devices lists no usiw device"
+    else
+        fail "duplicate link ($who): ibv_devices lists no usiw device"
     fi
 
     if [[ $have_missing -eq 1 ]]; then

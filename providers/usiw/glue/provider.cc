@@ -63,7 +63,7 @@ std::vector<Device*> build_devices() {
     std::string error;
     const std::vector<LinkSpec> links = effective_links(&error);
     if (!error.empty())
-        log_error("no usiw devices: %s", error.c_str());
+        report_config_error("no usiw devices: %s", error.c_str());
     std::vector<Device*> devices;
     for (const LinkSpec& link : links)
         devices.push_back(make_device(link, static_cast<int>(devices.size())));
