@@ -23,6 +23,9 @@ set -u
 
 USIW=${1:?usage: devices.sh PATH/TO/usiw}
 USIW=$(cd "$(dirname "$USIW")" && pwd -P)/$(basename "$USIW")
+# fw_ver is the project's version, which `usiw --version` prints.
+VERSION=$("$USIW" --version | sed -n 's/^usiw \([0-9][0-9.]*\)$/\1/p')
+[[ -n $VERSION ]] || { echo "devices.sh: cannot read the version from 'usiw --version'" >&2; exit 1; }
 PROVIDER=$(dirname "$(dirname "$USIW")")/lib/libusiw-rdmav34.so
 
 unset USIW_PROVIDER_LIB LD_PRELOAD USIW_RUN XDG_CONFIG_HOME RDMAV_DRIVERS IBV_DRIVERS
@@ -223,7 +226,7 @@ check_devinfo_common() {
     local label=$1 name=$2 state=$3
     expect_field "$label" "$name" "hca_id: $name"
     expect_field "$label" "$name" "transport: iWARP (1)"
-    expect_field "$label" "$name" "fw_ver: usiw-0.1.0"
+    expect_field "$label" "$name" "fw_ver: $VERSION"
     expect_field "$label" "$name" "node_guid: $(guid_colons "${GUID[$name]}")"
     expect_field "$label" "$name" "sys_image_guid: $(guid_colons "${GUID[$name]}")"
     expect_field "$label" "$name" "vendor_id: 0x757369"

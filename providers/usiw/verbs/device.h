@@ -37,7 +37,8 @@ inline constexpr uint32_t kMaxGids = 16;
 inline constexpr uint64_t kMaxMessageSize = 1ull << 31;
 inline constexpr uint32_t kVendorId = 0x757369;  // "usi": usiw's own, not an IEEE OUI user
 inline constexpr uint32_t kVendorPartId = 1;
-inline constexpr const char* kFirmwareVersion = "usiw-0.1.0";
+// The project's version (CMakeLists.txt), as `usiw --version` prints it.
+inline constexpr const char* kFirmwareVersion = USIW_VERSION;
 
 struct Context;
 
