@@ -19,6 +19,8 @@ packages=(
     libcmocka-dev
     # network namespaces for two-host tests
     iproute2
+    # man pages: rendered by pandoc, checked with man and groff (man_pages)
+    pandoc python3 man-db groff-base bsdextrautils
 )
 
 missing=()
