@@ -21,6 +21,9 @@ packages=(
     iproute2
     # man pages: rendered by pandoc, checked with man and groff (man_pages)
     pandoc python3 man-db groff-base bsdextrautils
+    # the Debian package: built, linted, installed into a minimal Debian
+    # root made by mmdebstrap (debian_package)
+    debhelper dpkg-dev fakeroot lintian mmdebstrap
 )
 
 missing=()
