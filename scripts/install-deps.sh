@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # Installs, with apt only, every Debian 12 package that usiw's build, tests
 # and demo need. Idempotent: packages already installed are left alone and
 # apt is not touched at all when nothing is missing.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # Sourced by the scripts and tests that start a server and then its client.
 
 # wait_listen NETNS SECONDS PORT...: true once something listens on every

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # Runs the stock rdma-core tools ibv_devices, ibv_devinfo and ibv_devinfo -v
 # through `usiw run` and checks what they print about usiw devices: the
 # default link (usiw0 on lo), two configured links, and a link whose netdev

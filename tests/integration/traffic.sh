@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # Stock rdma-core and perftest programs moving data over usiw: rping,
 # ucmatose, rdma_server/rdma_client and ib_{send,write,read}_{bw,lat} -R, on
 # loopback and between two network namespaces joined by a veth pair.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # Tests the `usiw` command end to end: help, `usiw link` against links files
 # in a temporary directory (USIW_CONFIG_DIR and USIW_SYSTEM_CONFIG_DIR, so
 # the real /etc/usiw and ~/.config/usiw are never touched), and what

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # Sourced by the guest halves of the kernel tests (siw_interop_guest.sh,
 # cm_coexist_guest.sh): one PASS/FAIL line per check with the time since
 # the start, and the kernel's RDMA stack with siw loaded.

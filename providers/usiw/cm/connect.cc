@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Addresses and connections of rdma_cm ids: bind, resolve, listen, connect,
 // accept, reject, disconnect. Each call validates the id's state under the
 // CM lock and hands the protocol work to connection.cc; a synchronous id

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // rdma_cm ids and their events: creation and destruction, channels,
 // migration, options, and the helpers the other CM files share.
 #include "cm/id.h"

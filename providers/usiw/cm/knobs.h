@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The MPA and connection-setup knobs: what Linux siw has as module
 // parameters (mpa_version, mpa_crc_required, mpa_crc_strict,
 // mpa_peer_to_peer, try_gso) plus the RTR types and the timeouts, set per

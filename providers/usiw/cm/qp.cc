@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // librdmacm's verbs helpers on an id: QPs (with the CQs and completion
 // channels it makes when the caller gives none, cq_context = the id),
 // SRQs, and the endpoint calls rdma_create_ep / rdma_get_request /

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // A QP's stream from attachment to its end: work in flight and its
 // completions in posting order, orderly disconnect, failure and TERMINATE,
 // and the hooks the verbs layer calls when a QP errors or is destroyed.

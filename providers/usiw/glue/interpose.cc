@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Entry points of libibverbs that stock rdma-core answers from the kernel
 // (sysfs, ioctls on the command fd) and so cannot answer for a usiw device.
 // Each is defined here under the exact symbol version stock libibverbs

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The provider as rdma-core sees it: the driver registered with libibverbs'
 // own loader, and the usiw devices it serves.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // How usiw meets rdma-core: the verbs_device_ops registered with libibverbs
 // and the process-wide list of usiw devices.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // usiw: the command-line face of usiw. `usiw link` manages the usiw devices
 // (the userspace counterpart of `rdma link add NAME type siw netdev DEV`),
 // `usiw run` starts a stock program with the usiw provider loaded.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // A usiw device: one iWARP RNIC with one port, bound to a netdev. It holds
 // what rdma-core's device list shows (a verbs_device, first member) and the
 // netdev state its port mirrors. The device is the same whatever found it

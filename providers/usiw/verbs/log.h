@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Diagnostics, with rdma-core's controls (libibverbs/init.c):
 //   VERBS_LOG_LEVEL  0 none (the default), 1 errors, 2 warnings, 3 info,
 //                    4 debug; USIW_DEBUG=1 means 4

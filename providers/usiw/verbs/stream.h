@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The boundary between connection management and the datapath.
 //
 // Connection management (cm/) establishes a TCP connection, runs the MPA
