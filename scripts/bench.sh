@@ -9,7 +9,9 @@
 #   usiw:     stock perftest -R (ib_{write,send,read}_bw at 64 B, 4 KiB,
 #             64 KiB and 1 MiB, with the message rate at 64 B and the CPU
 #             seconds per GiB at 64 KiB and 1 MiB; ib_{write,send,read}_lat
-#             at 8 B and 4 KiB), rdma_cm connection setup rate (usiw_connrate)
+#             at 8 B and 4 KiB), ib_write_bw without -R at 64 KiB and 1 MiB
+#             (row "ib_write_bw*": QPs connected by ibv_modify_qp, through
+#             the rendezvous), rdma_cm connection setup rate (usiw_connrate)
 # on loopback and between two network namespaces joined by a veth pair
 # (root only). CPU seconds per GiB: user + system time of both ends (server
 # and client, with all their threads and children, from GNU time) over the
@@ -43,7 +45,7 @@
 # with --guest, build/bench/guest.csv (each boot's log: build/bench/guest/).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
-. "$top/scripts/lib/listen.sh"
+. "$top/scripts/lib/usiw.sh"
 
 quick=0
 where=all
@@ -72,17 +74,12 @@ done
 
 "$top/scripts/install-deps.sh"
 # The raw-TCP references, GNU time and gnuplot: only the benchmark needs
-# them. COMMAND:PACKAGE.
-for need in iperf3:iperf3 sockperf:sockperf /usr/bin/time:time gnuplot:gnuplot-nox; do
-    if ! command -v "${need%%:*}" >/dev/null; then
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-            "${need#*:}" >/dev/null || {
-            echo "bench.sh: could not install ${need#*:} (for ${need%%:*}) with apt-get:" \
-                "run as root, wait for another apt to finish, or install it by hand" >&2
-            exit 1
-        }
-    fi
-done
+# them.
+apt_install bench.sh iperf3 sockperf time gnuplot-nox >/dev/null || {
+    echo "bench.sh: could not install iperf3, sockperf, time and gnuplot-nox with apt-get:" \
+        "run as root, wait for another apt to finish, or install them by hand" >&2
+    exit 1
+}
 "$top/scripts/build.sh" "$top/build"
 
 # guest_runs NAME SCRIPT CSV BOOTS [VAR=VALUE...]: boots the qemu guest
@@ -147,20 +144,12 @@ work=$(mktemp -d)
 NS_A=usiw-ba-$$
 NS_B=usiw-bb-$$
 cleanup() {
-    jobs -p | xargs -r kill 2>/dev/null || true
-    ip netns del "$NS_A" 2>/dev/null || true
-    ip netns del "$NS_B" 2>/dev/null || true
+    stop_jobs
+    netns_del "$NS_A" "$NS_B"
     rm -rf "$work"
 }
 trap cleanup EXIT
 echo "path,test,size_bytes,metric,usiw,raw_tcp,ratio,ratio_to_default_iperf3" >"$csv"
-
-# in_ns NETNS CMD...: runs CMD in the namespace (or here when NETNS is empty).
-in_ns() {
-    local netns=$1
-    shift
-    if [ -n "$netns" ]; then ip netns exec "$netns" "$@"; else "$@"; fi
-}
 
 # CPU accounting: `in_ns NETNS "${cputime[@]}" FILE CMD...` runs CMD under
 # GNU time, which writes to FILE the user and system CPU seconds of CMD and
@@ -189,12 +178,10 @@ iperf_run() {  # LOG SERVER_NS CLIENT_NS ADDR [LENGTH]
     shift
     local length=()
     [ -n "${4:-}" ] && length=(-l "$4")
-    in_ns "$1" "${cputime[@]}" "$log.cpu-server" iperf3 -s -1 -p 5301 -B "$3" \
-        >"$log.server" 2>&1 &
-    wait_listen "$1" 10 5301
-    in_ns "$2" "${cputime[@]}" "$log.cpu-client" iperf3 -c "$3" -p 5301 -t "$seconds" -J \
-        "${length[@]}" >"$log.client.json"
-    wait
+    server_client 5301 "$1" 10 "$log.server" "$log.client.json" \
+        in_ns "$1" "${cputime[@]}" "$log.cpu-server" iperf3 -s -1 -p 5301 -B "$3" \
+        -- in_ns "$2" "${cputime[@]}" "$log.cpu-client" iperf3 -c "$3" -p 5301 -t "$seconds" -J \
+        "${length[@]}" || echo "bench.sh: no iperf3 server after 10 s" >&2
     local gbps bytes
     read -r gbps bytes < <(/usr/bin/python3 -c 'import json,sys
 end = json.load(open(sys.argv[1]))["end"]["sum_received"]
@@ -208,15 +195,7 @@ print("%.2f %d" % (end["bits_per_second"] / 1e9, end["bytes"]))' "$log.client.js
 sockperf_pair() {
     local snet=$1 cnet=$2 addr=$3 port=$4
     shift 4
-    # Started directly, not through in_ns: the background job of a shell
-    # function is a subshell, and killing it left sockperf running (each
-    # earlier run of this script left its servers behind, and the next
-    # run's clients were served by them).
-    if [ -n "$snet" ]; then
-        ip netns exec "$snet" sockperf sr --tcp -i "$addr" -p "$port" >/dev/null 2>&1 &
-    else
-        sockperf sr --tcp -i "$addr" -p "$port" >/dev/null 2>&1 &
-    fi
+    in_ns "$snet" sockperf sr --tcp -i "$addr" -p "$port" >/dev/null 2>&1 &
     local spid=$!
     wait_listen "$snet" 10 "$port"
     if ! kill -0 "$spid" 2>/dev/null; then
@@ -224,7 +203,9 @@ sockperf_pair() {
         return 0
     fi
     in_ns "$cnet" sockperf "$@" --tcp -i "$addr" -p "$port" -t "$seconds" 2>&1 || true
-    kill "$spid" 2>/dev/null || true
+    # kill_tree: killing the background function alone would leave
+    # sockperf running (and serving the next run's clients).
+    kill_tree "$spid"
     wait "$spid" 2>/dev/null || true
 }
 
@@ -250,15 +231,12 @@ connrate_run() {  # LOG SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR [--tcp]
     shift 6
     local run=("$usiw" run)
     [ "${1:-}" = --tcp ] && run=()
-    USIW_CONFIG_DIR=$sconf USIW_SYSTEM_CONFIG_DIR=$sconf \
-        in_ns "$snet" timeout 120 "${run[@]}" "$connrate" server "$@" -p 18610 \
-        -n "$connections" "$addr" >"$log.server" 2>&1 &
-    local spid=$! client_rc=0 server_rc=0
-    wait_listen "$snet" 10 18610 || echo "bench.sh: usiw_connrate $*: no server after 10 s" >&2
-    USIW_CONFIG_DIR=$cconf USIW_SYSTEM_CONFIG_DIR=$cconf \
-        in_ns "$cnet" timeout 120 "${run[@]}" "$connrate" client "$@" -p 18610 \
-        -n "$connections" "$addr" >"$log.client" 2>&1 || client_rc=$?
-    wait "$spid" || server_rc=$?
+    server_client 18610 "$snet" 10 "$log.server" "$log.client" \
+        with_links "$sconf" in_ns "$snet" timeout 120 "${run[@]}" "$connrate" server "$@" \
+        -p 18610 -n "$connections" "$addr" \
+        -- with_links "$cconf" in_ns "$cnet" timeout 120 "${run[@]}" "$connrate" client "$@" \
+        -p 18610 -n "$connections" "$addr" ||
+        echo "bench.sh: usiw_connrate $*: no server after 10 s" >&2
     if [ "$client_rc" -ne 0 ] || [ "$server_rc" -ne 0 ]; then
         echo "bench.sh: usiw_connrate $* failed (client exit $client_rc," \
             "server exit $server_rc):" >&2
@@ -268,6 +246,10 @@ connrate_run() {  # LOG SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR [--tcp]
     sed -n 's/.* \([0-9.]*\) connections\/s.*/\1/p' "$log.client"
 }
 
+# How perftest connects its QPs: rdma_cm (-R), or, for the "*" rows,
+# ibv_modify_qp with GID index 0 (the netdev's IPv4 address).
+cm_args=(-R)
+
 # One perftest pair under usiw; prints the client's result row followed by
 # one more field: the CPU seconds (user + system) of both ends together.
 # Prints nothing when the client gave no result row (and says why on
@@ -275,16 +257,12 @@ connrate_run() {  # LOG SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR [--tcp]
 perftest_row() {  # LOG SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR TEST ARGS...
     local log=$1${RUN:+.run$RUN} sconf=$2 snet=$3 cconf=$4 cnet=$5 addr=$6 test=$7
     shift 7
-    USIW_CONFIG_DIR=$sconf USIW_SYSTEM_CONFIG_DIR=$sconf \
-        in_ns "$snet" "${cputime[@]}" "$log.cpu-server" \
-        timeout 120 "$usiw" run "$test" -R -F -d usiw0 -p 18600 "$@" \
-        >"$log.server" 2>&1 &
-    wait_listen "$snet" 10 18600 || echo "bench.sh: $test $*: no server after 10 s" >&2
-    USIW_CONFIG_DIR=$cconf USIW_SYSTEM_CONFIG_DIR=$cconf \
-        in_ns "$cnet" "${cputime[@]}" "$log.cpu-client" \
-        timeout 120 "$usiw" run "$test" -R -F -d usiw0 -p 18600 "$@" "$addr" \
-        >"$log.client" 2>&1 || true
-    wait || true
+    server_client 18600 "$snet" 10 "$log.server" "$log.client" \
+        with_links "$sconf" in_ns "$snet" "${cputime[@]}" "$log.cpu-server" \
+        timeout 120 "$usiw" run "$test" "${cm_args[@]}" -F -d usiw0 -p 18600 "$@" \
+        -- with_links "$cconf" in_ns "$cnet" "${cputime[@]}" "$log.cpu-client" \
+        timeout 120 "$usiw" run "$test" "${cm_args[@]}" -F -d usiw0 -p 18600 "$@" "$addr" ||
+        echo "bench.sh: $test $*: no server after 10 s" >&2
     local r
     r=$(grep -E '^ *[0-9]+ +[0-9]+ +[0-9.]+' "$log.client" | tail -n 1) || true
     if [ -z "$r" ]; then
@@ -378,9 +356,13 @@ measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
     row "$path" iperf3 - cpu_s/GiB "$tcp_cpu" "$tcp_cpu"
     row "$path" sockperf 14 usec "$lat8" "$lat8"
     row "$path" sockperf-tp 64 Mmsg/s "$mmsgs" "$mmsgs"
-    local test size gbps ref_gbps ref_cpu default_gbps i out
-    for test in ib_write_bw ib_send_bw ib_read_bw; do
-        for size in 64 4096 65536 1048576; do
+    local test label size sizes gbps ref_gbps ref_cpu default_gbps i out
+    for label in ib_write_bw 'ib_write_bw*' ib_send_bw ib_read_bw; do
+        test=${label%\*} cm_args=(-R) sizes="64 4096 65536 1048576"
+        if [ "$label" != "$test" ]; then
+            cm_args=(-x 0) sizes="65536 1048576"
+        fi
+        for size in $sizes; do
             ref_gbps=$tcp_gbps ref_cpu=$tcp_cpu default_gbps=""
             if [ "$size" -ge 65536 ]; then
                 # The target sizes: each usiw run right after an iperf3 run
@@ -390,10 +372,10 @@ measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
                 # Documentation/performance.md).
                 local usiw_runs=() tcp_runs=()
                 for i in $(seq "$runs"); do
-                    out=$(RUN=$i iperf_run "$logs/$path-$test-$size-iperf3" "$snet" "$cnet" \
+                    out=$(RUN=$i iperf_run "$logs/$path-$label-$size-iperf3" "$snet" "$cnet" \
                         "$addr" "$size") || true
                     [ -n "$out" ] && tcp_runs+=("$out")
-                    out=$(RUN=$i bw_row "$logs/$path-$test-$size" "$sconf" "$snet" "$cconf" \
+                    out=$(RUN=$i bw_row "$logs/$path-$label-$size" "$sconf" "$snet" "$cconf" \
                         "$cnet" "$addr" "$test" "$size") || true
                     [ -n "$out" ] && usiw_runs+=("$out")
                 done
@@ -401,26 +383,27 @@ measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
                 read -r ref_gbps ref_cpu <<<"$(median_line 1 "${tcp_runs[@]}")"
                 default_gbps=$tcp_gbps  # for the last column
             else
-                r=$(median_of 4 bw_row "$logs/$path-$test-$size" "$sconf" "$snet" "$cconf" \
+                r=$(median_of 4 bw_row "$logs/$path-$label-$size" "$sconf" "$snet" "$cconf" \
                     "$cnet" "$addr" "$test" "$size")
             fi
             # columns: bytes iterations peak average(MB/s) msgrate(Mpps)
             # cpu_seconds; perftest's MB is 2^20 bytes (MiB), iperf3's Gbit
             # is 10^9 bits.
             gbps=$(awk '{printf "%.2f", $4 * 1048576 * 8 / 1e9}' <<<"$r")
-            row "$path" "$test" "$size" Gbit/s "$gbps" "$ref_gbps" "$default_gbps"
+            row "$path" "$label" "$size" Gbit/s "$gbps" "$ref_gbps" "$default_gbps"
             if [ "$size" = 64 ]; then
-                row "$path" "$test" "$size" Mmsg/s "$(awk '{print $5}' <<<"$r")" "$mmsgs"
+                row "$path" "$label" "$size" Mmsg/s "$(awk '{print $5}' <<<"$r")" "$mmsgs"
             fi
             if [ "$size" -ge 65536 ]; then
                 # bytes moved in the whole run (the CPU time's span):
                 # iterations x size, counted in the window, scaled to it
-                row "$path" "$test" "$size" cpu_s/GiB "$(per_gib "$(awk '{ print $6 }' <<<"$r")" \
+                row "$path" "$label" "$size" cpu_s/GiB "$(per_gib "$(awk '{ print $6 }' <<<"$r")" \
                     "$(awk -v d="$seconds" -v w="$window" '{ printf "%.0f", $1 * $2 * d / w }' \
                     <<<"$r")")" "$ref_cpu"
             fi
         done
     done
+    cm_args=(-R)
     for test in ib_write_lat ib_send_lat ib_read_lat; do
         for size in 8 4096; do
             # the run with the median average latency (t_avg)
@@ -448,21 +431,16 @@ echo "each figure is the median of $runs run(s)"
 printf '%-9s %-13s %9s  %-9s %12s %12s %7s %9s\n' path test bytes metric usiw raw-TCP ratio \
     vs-iperf3
 echo "(raw-TCP at 64 KiB and 1 MiB: iperf3 writing that size, alternating with usiw;" \
-    "vs-iperf3: usiw over the default iperf3 row)"
-mkdir -p "$work/lo"
+    "vs-iperf3: usiw over the default iperf3 row; ib_write_bw*: without -R, QPs connected" \
+    "by ibv_modify_qp)"
+links_dir "$work/lo"
 if [ "$where" != netns ]; then
     measure loopback "$work/lo" "" "$work/lo" "" 127.0.0.1
 fi
 if [ "$where" != loopback ]; then
-    if [ "$(id -u)" -eq 0 ] && ip netns add "$NS_A" 2>/dev/null && ip netns add "$NS_B" &&
-        ip link add va netns "$NS_A" type veth peer name vb netns "$NS_B" &&
-        ip -n "$NS_A" addr add 192.0.2.1/24 dev va && ip -n "$NS_B" addr add 192.0.2.2/24 dev vb &&
-        ip -n "$NS_A" link set va up && ip -n "$NS_B" link set vb up &&
-        ip -n "$NS_A" link set lo up && ip -n "$NS_B" link set lo up; then
-        mkdir -p "$work/a" "$work/b"
-        echo "usiw0 netdev va" >"$work/a/links"
-        echo "usiw0 netdev vb" >"$work/b/links"
-        sleep 2  # the veth ends report carrier a moment after coming up
+    if [ "$(id -u)" -eq 0 ] && veth_pair va "$NS_A" 192.0.2.1 vb "$NS_B" 192.0.2.2; then
+        links_dir "$work/a" "usiw0 netdev va"
+        links_dir "$work/b" "usiw0 netdev vb"
         measure veth "$work/b" "$NS_B" "$work/a" "$NS_A" 192.0.2.2
     else
         echo "veth: skipped (needs root and iproute2)"

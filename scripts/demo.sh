@@ -9,6 +9,7 @@
 # Usage: scripts/demo.sh
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
+. "$top/scripts/lib/usiw.sh"
 
 "$top/scripts/install-deps.sh"
 "$top/scripts/build.sh" "$top/build"
@@ -16,34 +17,31 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 usiw=$top/build/bin/usiw
 # The demo uses the default device only, whatever links you configured.
 config=$(mktemp -d)
-trap 'rm -rf "$config"; jobs -p | xargs -r kill 2>/dev/null' EXIT
+trap 'rm -rf "$config"; stop_jobs' EXIT
 export USIW_CONFIG_DIR=$config USIW_SYSTEM_CONFIG_DIR=$config
 
 section() { printf '\n== %s\n' "$*"; }
 
-# server_client NAME PORT SERVER_ARGS... -- CLIENT_ARGS...: runs a stock
-# server in the background and its client in the foreground, both under
-# `usiw run`, and prints the client's output (and the server's on failure).
-server_client() {
-    local port=$1
+# run_stock PORT SERVER_ARGS... -- CLIENT_ARGS...: runs a stock server and
+# its client, both under `usiw run`, and prints the client's output (and
+# the server's on failure).
+run_stock() {
+    local port=$1 slog=$config/server.log clog=$config/client.log
     shift
-    local sargs=() cargs=()
-    while [ "$1" != -- ]; do sargs+=("$1"); shift; done
-    shift
-    cargs=("$@")
-    local slog=$config/server.log
-    timeout 60 "$usiw" run "${sargs[@]}" >"$slog" 2>&1 &
-    local spid=$!
-    for _ in $(seq 100); do
-        ss -Hltn "sport = :$port" | grep -q . && break
-        sleep 0.1
-    done
-    if ! timeout 60 "$usiw" run "${cargs[@]}"; then
+    split_at_dashes "$@"
+    if ! server_client "$port" "" 10 "$slog" "$clog" timeout 60 "$usiw" run "${before[@]}" \
+        -- timeout 60 "$usiw" run "${after[@]}"; then
+        echo "the server did not listen on port $port; it said:"
+        cat "$slog"
+        return 1
+    fi
+    cat "$clog"
+    if [ "$client_rc" -ne 0 ]; then
         echo "client failed; server said:"
         cat "$slog"
         return 1
     fi
-    wait "$spid" || { echo "server failed:"; cat "$slog"; return 1; }
+    [ "$server_rc" -eq 0 ] || { echo "server failed:"; cat "$slog"; return 1; }
 }
 
 # The counters are shared by all your processes since boot: count this demo.
@@ -53,12 +51,12 @@ section "usiw run ibv_devinfo: a usiw device next to any real ones"
 "$usiw" run ibv_devinfo -d usiw0
 
 section "rping over usiw on loopback (rdma_cm, SEND and RDMA READ/WRITE, verified)"
-server_client 7174 rping -s -a 127.0.0.1 -p 7174 -C 10 -V \
+run_stock 7174 rping -s -a 127.0.0.1 -p 7174 -C 10 -V \
     -- rping -c -a 127.0.0.1 -p 7174 -C 10 -V -v
 
 for test in ib_send_bw ib_write_bw ib_read_bw; do
     section "$test -R over usiw on loopback (stock perftest through rdma_cm)"
-    server_client 18515 "$test" -R -F -d usiw0 -s 65536 -n 2000 \
+    run_stock 18515 "$test" -R -F -d usiw0 -s 65536 -n 2000 \
         -- "$test" -R -F -d usiw0 -s 65536 -n 2000 127.0.0.1 |
         grep -E '^ *#bytes|^ *[0-9]+ +[0-9]+ +[0-9.]+'
 done

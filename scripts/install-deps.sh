@@ -6,6 +6,7 @@
 #
 # Usage: scripts/install-deps.sh        (as root, or with sudo available)
 set -euo pipefail
+. "$(dirname "$0")/lib/usiw.sh"
 
 packages=(
     # toolchain and build
@@ -27,29 +28,8 @@ packages=(
     debhelper dpkg-dev fakeroot lintian mmdebstrap
 )
 
-missing=()
-for p in "${packages[@]}"; do
-    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-        missing+=("$p")
-    fi
-done
-
-if [ ${#missing[@]} -eq 0 ]; then
+if [ -z "$(missing_packages "${packages[@]}")" ]; then
     echo "install-deps: all ${#packages[@]} packages present"
     exit 0
 fi
-
-if [ "$(id -u)" -eq 0 ]; then
-    as_root=()
-elif command -v sudo >/dev/null 2>&1; then
-    as_root=(sudo)
-else
-    echo "install-deps: missing packages: ${missing[*]}" >&2
-    echo "install-deps: run this script as root (or install sudo) to install them" >&2
-    exit 1
-fi
-
-echo "install-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-"${as_root[@]}" apt-get update -qq
-"${as_root[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+apt_install install-deps "${packages[@]}"

@@ -38,7 +38,7 @@
 # (Iteration counts, not perftest's -D: its duration mode reported an
 # average of 0 MB/s now and then here.)
 set -u
-. "$(dirname "$0")/../lib/listen.sh"
+. "$(dirname "$0")/../lib/usiw.sh"
 BUILD=${1:?usage: bench_guest.sh BUILD_DIR [SCALE [ROUNDS [KINDS]]]}
 SCALE=${2:-1}
 ROUNDS=${3:-3}
@@ -49,21 +49,13 @@ LOGS=$USIW_GUEST_SHARE/logs
 mkdir -p "$LOGS"
 WORK=$(mktemp -d -t bench.XXXXXX)  # under $TMPDIR: the guest's /tmp is read-only
 
-die() { echo "bench_guest: $*"; exit 1; }
-
-for m in ib_core ib_uverbs rdma_ucm iw_cm libcrc32c rdma_rxe veth; do
-    modprobe "$m" || die "modprobe $m failed"
-done
-insmod "$USIW_GUEST_SIW_KO" || die "insmod $USIW_GUEST_SIW_KO failed"
+load_rdma_modules rdma_rxe
 sysctl -qw net.core.netdev_max_backlog=100000
-ip link add va type veth peer name vb &&
-    ip addr add 192.0.2.1/24 dev va && ip addr add 192.0.2.2/24 dev vb &&
-    ip link set va up && ip link set vb up || die "cannot set up the veth pair"
+veth_pair va "" 192.0.2.1 vb "" 192.0.2.2 || die "cannot set up the veth pair"
 for kind in siw rxe; do
     rdma link add ${kind}a type $kind netdev va || die "rdma link add ${kind}a failed"
     rdma link add ${kind}b type $kind netdev vb || die "rdma link add ${kind}b failed"
 done
-mkdir -p "$WORK/a" "$WORK/b"
 # The client's usiw0 is on vb too. Its destination, 192.0.2.2, is local,
 # so the kernel routes to it from 192.0.2.2 itself: the address is vb's,
 # and so is the client's end of every kind's connection (siw's client
@@ -71,9 +63,8 @@ mkdir -p "$WORK/a" "$WORK/b"
 # would be no usiw device's but kernel siw's, and usiw's rdma_cm would
 # rightly hand the client's ids to the kernel: the "usiw" client was then
 # kernel siw (found on 2026-11-30; figures before that are not usiw's).
-echo "usiw0 netdev vb" >"$WORK/a/links"
-echo "usiw0 netdev vb" >"$WORK/b/links"
-sleep 2
+links_dir "$WORK/a" "usiw0 netdev vb"
+links_dir "$WORK/b" "usiw0 netdev vb"
 : >"$CSV"
 
 # run SIDE KIND CMD...: CMD on side a (client) or b (server) over device
@@ -84,8 +75,7 @@ run() {
     # Line-buffered, so that a run killed by the timeout still shows how far
     # it got.
     if [ "$kind" = usiw ]; then
-        USIW_CONFIG_DIR=$WORK/$side USIW_SYSTEM_CONFIG_DIR=$WORK/$side timeout 120 \
-            stdbuf -oL "$USIW" run "$@"
+        with_links "$WORK/$side" timeout 120 stdbuf -oL "$USIW" run "$@"
     else
         timeout 120 stdbuf -oL "$@"
     fi
@@ -95,25 +85,20 @@ device() {  # SIDE KIND
     case $2 in usiw) echo usiw0 ;; *) echo "$2$1" ;; esac
 }
 
-# Until the server listens: siw and usiw listen on TCP; rxe (RoCE) has no
-# TCP listener to see, so it gets a fixed pause.
-wait_server() {  # KIND
-    [ "$1" = rxe ] && { sleep 3; return 0; }
-    wait_listen "" 30 18600
-}
-
 # perftest KIND TEST ARGS...: prints the result row, the receiver's for
 # ib_send_bw (the client's figure there is its posting rate, and under
 # emulation perftest has printed 0.00 for it), the client's otherwise.
 perftest() {
     local kind=$1 test=$2
     shift 2
-    run b "$kind" "$test" -R -F -d "$(device b "$kind")" -p 18600 "$@" >"$WORK/server" 2>&1 &
-    local spid=$!
-    wait_server "$kind"
-
-    run a "$kind" "$test" -R -F -d "$(device a "$kind")" -p 18600 "$@" 192.0.2.2 >"$WORK/client" 2>&1
-    wait "$spid"
+    # siw and usiw listen on TCP; rxe (RoCE) has no TCP listener to wait
+    # for, so it gets a fixed pause.
+    local port=18600 seconds=30
+    [ "$kind" = rxe ] && port=- seconds=3
+    server_client $port "" $seconds "$WORK/server" "$WORK/client" \
+        run b "$kind" "$test" -R -F -d "$(device b "$kind")" -p 18600 "$@" \
+        -- run a "$kind" "$test" -R -F -d "$(device a "$kind")" -p 18600 "$@" 192.0.2.2 ||
+        echo "bench_guest: $kind $test $*: no server after $seconds s" >&2
     local log
     log=$LOGS/$kind-$test$(printf '_%s' "$@").${round:-warmup}
     cp "$WORK/server" "$log.server"
@@ -123,8 +108,8 @@ perftest() {
     if ! grep -E '^ *[0-9]+ +[0-9]+ +[0-9.]+' "$reporter" | tail -n 1; then
         {
             echo "bench_guest: $kind $test $*: no result; the ends' output:"
-            tail -n 5 "$WORK/server" | sed 's/^/  server: /'
-            tail -n 5 "$WORK/client" | sed 's/^/  client: /'
+            show server "$WORK/server" 5
+            show client "$WORK/client" 5
         } >&2
     fi
 }

@@ -42,6 +42,7 @@ set -euo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 qdir=${USIW_QEMU_DIR:-$top/build/qemu}
 SKIP=77
+. "$top/scripts/lib/usiw.sh"
 
 say() { echo "guest.sh: $*" >&2; }
 
@@ -49,21 +50,16 @@ packages=(qemu-system-x86 linux-image-amd64 linux-headers-amd64 linux-source-6.1
           busybox-static cpio xz-utils make gcc tshark)
 
 install_packages() {
-    local missing=() p
-    for p in "${packages[@]}"; do
-        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
-            missing+=("$p")
-    done
-    [ ${#missing[@]} -eq 0 ] && return 0
+    local missing
+    missing=$(missing_packages "${packages[@]}")
+    [ -z "$missing" ] && return 0
     if [ "$(id -u)" -ne 0 ]; then
-        say "missing packages: ${missing[*]} (run as root to install them)"
+        say "missing packages:" $missing "(run as root to install them)"
         return 1
     fi
-    say "installing ${missing[*]}"
+    # tshark's question: the capture helper stays without setuid.
     echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-            "${missing[@]}" >/dev/null
+    apt_install guest.sh "${packages[@]}" >/dev/null
 }
 
 # The newest Debian amd64 kernel installed, e.g. 6.1.0-57-amd64: discovered,
@@ -226,6 +222,6 @@ run() {
 case ${1:-} in
     prepare) shift; prepare "$@" >/dev/null && say "ready in $qdir" ;;
     run) shift; run "$@" ;;
-    -h | --help | "") sed -n "3,31p" "$0" ;;
+    -h | --help | "") sed -n '3,/^[^#]/{/^#/p}' "$0" ;;
     *) say "unknown command '$1' (try --help)"; exit 2 ;;
 esac

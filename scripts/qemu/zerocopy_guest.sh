@@ -22,7 +22,7 @@
 # Usage (in the guest): zerocopy_guest.sh BUILD_DIR [SCALE]
 #   SCALE multiplies the bytes moved per run (default 1: about 64 MiB).
 set -u
-. "$(dirname "$0")/../lib/listen.sh"
+. "$(dirname "$0")/../lib/usiw.sh"
 BUILD=${1:?usage: zerocopy_guest.sh BUILD_DIR [SCALE]}
 SCALE=${2:-1}
 USIW=$BUILD/bin/usiw
@@ -30,8 +30,6 @@ CSV=${USIW_GUEST_SHARE:?run this in the guest (scripts/qemu/guest.sh)}/zerocopy.
 LOGS=$USIW_GUEST_SHARE/logs
 mkdir -p "$LOGS"
 WORK=$(mktemp -d -t zc.XXXXXX)
-
-die() { echo "zerocopy_guest: $*"; exit 1; }
 
 modprobe virtio_net || die "modprobe virtio_net failed"
 nics=()
@@ -49,24 +47,18 @@ ip link set "${nics[0]}" netns za && ip link set "${nics[1]}" netns zb || die "c
 ip -n za addr add 192.0.2.1/24 dev "${nics[0]}" && ip -n zb addr add 192.0.2.2/24 dev "${nics[1]}" &&
     ip -n za link set "${nics[0]}" up && ip -n zb link set "${nics[1]}" up &&
     ip -n za link set lo up && ip -n zb link set lo up || die "cannot set up the NICs"
-mkdir -p "$WORK/a" "$WORK/b"
-echo "usiw0 netdev ${nics[0]}" >"$WORK/a/links"
-echo "usiw0 netdev ${nics[1]}" >"$WORK/b/links"
-up() { ip -n za link show "${nics[0]}" | grep -q LOWER_UP && ip -n zb link show "${nics[1]}" | grep -q LOWER_UP; }
-for _ in $(seq 50); do
-    up && break
-    sleep 0.2
-done
-up || die "the NICs have no carrier"
+links_dir "$WORK/a" "usiw0 netdev ${nics[0]}"
+links_dir "$WORK/b" "usiw0 netdev ${nics[1]}"
+wait_running za 10 "${nics[0]}" && wait_running zb 10 "${nics[1]}" || die "the NICs have no carrier"
 : >"$CSV"
 
-# on_side SIDE CMD...: CMD in side a's (client) or b's (server) namespace, over
-# that side's usiw0.
+# on_side SIDE [VAR=VALUE...] CMD...: CMD in side a's (client) or b's
+# (server) namespace, over that side's usiw0, with the variables set.
 on_side() {
     local side=$1 ns=za
     shift
     [ "$side" = b ] && ns=zb
-    USIW_CONFIG_DIR=$WORK/$side USIW_SYSTEM_CONFIG_DIR=$WORK/$side ip netns exec $ns "$@"
+    with_links "$WORK/$side" in_ns $ns env "$@"
 }
 
 stat_of() {  # COUNTER: its value on usiw0 (both ends count into one segment)
@@ -81,18 +73,17 @@ record() {  # MODE SIZE METRIC VALUE
 # USIW_ZCOPY=MODE; output in LOG.server, LOG.client and LOG.cpu (the
 # client's user and system seconds).
 write_bw() {
-    local mode=$1 size=$2 iters=$3 log=$4 spid
+    local mode=$1 size=$2 iters=$3 log=$4
     # Only the sender's mode varies. (The target sends only perftest's
     # small control messages; with zero copy their completions wait for
     # the kernel, which made perftest's client connect its second
     # connection before the server listened again: perftest's own race.)
-    USIW_ZCOPY=never on_side b timeout 300 "$USIW" run ib_write_bw -R -F -d usiw0 -p 18600 -s "$size" -n "$iters" \
-        >"$log.server" 2>&1 &
-    spid=$!
-    wait_listen zb 30 18600 || echo "zerocopy_guest: $mode $size: no server" >&2
-    USIW_ZCOPY=$mode USIW_ZCOPY_MIN=0 on_side a /usr/bin/time -f '%U %S' -o "$log.cpu" timeout 300 "$USIW" run ib_write_bw -R -F \
-        -d usiw0 -p 18600 -s "$size" -n "$iters" 192.0.2.2 >"$log.client" 2>&1
-    wait "$spid"
+    server_client 18600 zb 30 "$log.server" "$log.client" \
+        on_side b USIW_ZCOPY=never timeout 300 "$USIW" run ib_write_bw -R -F -d usiw0 -p 18600 \
+        -s "$size" -n "$iters" \
+        -- on_side a USIW_ZCOPY="$mode" USIW_ZCOPY_MIN=0 /usr/bin/time -f '%U %S' -o "$log.cpu" \
+        timeout 300 "$USIW" run ib_write_bw -R -F -d usiw0 -p 18600 -s "$size" -n "$iters" 192.0.2.2 ||
+        echo "zerocopy_guest: $mode $size: no server" >&2
 }
 
 # A warm-up in each mode, not recorded: the emulator translates code the

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
-# Tests usiw_connrate (tools/usiw_connrate.cc), the connection-rate tool
+# Tests usiw_connrate (benchmarks/usiw_connrate.cc), the connection-rate tool
 # scripts/bench.sh runs: 20 rdma_cm connections over usiw0 on loopback and
 # 20 plain TCP ones must all complete with both ends exiting 0; a client
 # with no server, and a server that gets fewer connections than it waits
@@ -9,13 +9,13 @@
 # Usage: connrate.sh PATH/TO/usiw PATH/TO/usiw_connrate
 # Prints one line per check and "N passed, M failed"; exits 1 if any failed.
 set -euo pipefail
-. "$(dirname "$0")/../../scripts/lib/listen.sh"
+. "$(dirname "$0")/../../scripts/lib/usiw.sh"
 
 USIW=${1:?usage: connrate.sh PATH/TO/usiw PATH/TO/usiw_connrate}
 CONNRATE=${2:?usage: connrate.sh PATH/TO/usiw PATH/TO/usiw_connrate}
 WORK=$(mktemp -d /tmp/usiw-connrate.XXXXXX)
 cleanup() {
-    jobs -p | xargs -r kill 2>/dev/null || true
+    stop_jobs
     rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -25,28 +25,20 @@ export USIW_CONFIG_DIR=$WORK USIW_SYSTEM_CONFIG_DIR=$WORK
 # Ports of this run: apart from those of another run of this test.
 PORT=$((20000 + ($$ % 2000) * 4))
 COUNT=20
-passed=0
-failed=0
-ok() { echo "PASS: $1"; passed=$((passed + 1)); }
-bad() { echo "FAIL: $1"; failed=$((failed + 1)); }
 
 # pair NAME PORT SERVER_COUNT CLIENT_COUNT [--tcp]: runs a server and a
 # client under `usiw run`; sets server_rc, client_rc and client_out.
 pair() {
     local name=$1 port=$2 scount=$3 ccount=$4
     shift 4
-    timeout 20 "$USIW" run "$CONNRATE" server "$@" -p "$port" -n "$scount" -t 2000 127.0.0.1 \
-        >"$WORK/$name.server" 2>&1 &
-    local spid=$!
-    if ! wait_listen "" 5 "$port"; then
+    if ! server_client "$port" "" 5 "$WORK/$name.server" "$WORK/$name.client" \
+        timeout 20 "$USIW" run "$CONNRATE" server "$@" -p "$port" -n "$scount" -t 2000 127.0.0.1 \
+        -- timeout 20 "$USIW" run "$CONNRATE" client "$@" -p "$port" -n "$ccount" -t 2000 \
+        127.0.0.1; then
         bad "$name: the server is not listening on port $port"
         cat "$WORK/$name.server"
     fi
-    client_rc=0
-    client_out=$(timeout 20 "$USIW" run "$CONNRATE" client "$@" -p "$port" -n "$ccount" -t 2000 \
-        127.0.0.1 2>&1) || client_rc=$?
-    server_rc=0
-    wait "$spid" || server_rc=$?
+    client_out=$(cat "$WORK/$name.client" 2>/dev/null || true)
 }
 
 if "$CONNRATE" --help | grep -q '^usage: usiw_connrate server'; then
@@ -94,5 +86,4 @@ else
     cat "$WORK/short.server"
 fi
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+results

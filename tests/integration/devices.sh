@@ -30,36 +30,7 @@ VERSION=$("$USIW" --version | sed -n 's/^usiw \([0-9][0-9.]*\)$/\1/p')
 PROVIDER=$(dirname "$(dirname "$USIW")")/lib/libusiw-rdmav34.so
 
 unset USIW_PROVIDER_LIB LD_PRELOAD USIW_RUN XDG_CONFIG_HOME RDMAV_DRIVERS IBV_DRIVERS
-
-passed=0
-failed=0
-skipped=0
-
-pass() {
-    passed=$((passed + 1))
-    echo "ok   - $1"
-}
-
-# fail DESCRIPTION: a failed check, with the command and its output.
-fail() {
-    failed=$((failed + 1))
-    echo "FAIL - $1"
-    echo "       command: $LAST"
-    echo "       exit status: $RC"
-    sed 's/^/       stdout: /' <<<"$OUT"
-    sed 's/^/       stderr: /' <<<"$ERR"
-}
-
-skip() {
-    skipped=$((skipped + 1))
-    echo "skip - $1"
-}
-
-bail() {  # fatal setup problem
-    echo "FAIL - $1"
-    echo "0 passed, 1 failed, 0 skipped"
-    exit 1
-}
+. "$(dirname "$0")/../../scripts/lib/usiw.sh"
 
 for tool in ibv_devices ibv_devinfo; do
     command -v "$tool" >/dev/null || bail "$tool is not installed (Debian package ibverbs-utils)"
@@ -112,31 +83,23 @@ run_tool() {
     local -a env_vars=(HOME="$WORK/home" USIW_CONFIG_DIR="$config/user"
         USIW_SYSTEM_CONFIG_DIR="$config/system")
     if [[ $AS == nobody ]]; then
-        env "${env_vars[@]}" setpriv --reuid=65534 --regid=65534 --clear-groups \
-            "$WORK/tree/bin/usiw" run "$@" >"$WORK/out" 2>"$WORK/err"
-        RC=$?
+        capture env "${env_vars[@]}" setpriv --reuid=65534 --regid=65534 --clear-groups \
+            "$WORK/tree/bin/usiw" run "$@"
         LAST="(as uid 65534) $WORK/tree/bin/usiw run $*"
     else
-        env "${env_vars[@]}" "$USIW" run "$@" >"$WORK/out" 2>"$WORK/err"
-        RC=$?
+        capture env "${env_vars[@]}" "$USIW" run "$@"
         LAST="usiw run $*"
     fi
-    OUT=$(<"$WORK/out")
-    ERR=$(<"$WORK/err")
 }
 
 # --- checks ---
 
-expect_status() {  # DESCRIPTION STATUS
-    if [[ $RC -eq $2 ]]; then pass "$1: exit $2"; else fail "$1: exit $2 expected"; fi
-}
-
 expect_stderr_line() {  # DESCRIPTION EXACT-LINE
-    if grep -qxF -- "$2" <<<"$ERR"; then pass "$1: stderr says '$2'"; else fail "$1: stderr lacks '$2'"; fi
+    if grep -qxF -- "$2" <<<"$ERR"; then ok "$1: stderr says '$2'"; else bad_capture "$1: stderr lacks '$2'"; fi
 }
 
 expect_no_stderr() {  # DESCRIPTION
-    if [[ -z $ERR ]]; then pass "$1: nothing on stderr"; else fail "$1: unexpected stderr"; fi
+    if [[ -z $ERR ]]; then ok "$1: nothing on stderr"; else bad_capture "$1: unexpected stderr"; fi
 }
 
 # devinfo_block NAME: the lines of $OUT from "hca_id:\tNAME" up to the next
@@ -151,25 +114,25 @@ devinfo_block() {
 # ibv_devinfo output has the line (whitespace squeezed, e.g. "state: PORT_ACTIVE (4)").
 expect_field() {
     if grep -qxF -- "$3" <<<"$(devinfo_block "$2")"; then
-        pass "$1: $2 has '$3'"
+        ok "$1: $2 has '$3'"
     else
-        fail "$1: $2 lacks '$3'"
+        bad_capture "$1: $2 lacks '$3'"
     fi
 }
 
 expect_field_regex() {  # DESCRIPTION DEVICE EXTENDED-REGEX (whole line)
     if grep -qxE -- "$3" <<<"$(devinfo_block "$2")"; then
-        pass "$1: $2 has /$3/"
+        ok "$1: $2 has /$3/"
     else
-        fail "$1: $2 lacks /$3/"
+        bad_capture "$1: $2 lacks /$3/"
     fi
 }
 
 expect_no_field_regex() {  # DESCRIPTION DEVICE EXTENDED-REGEX (whole line)
     if ! grep -qxE -- "$3" <<<"$(devinfo_block "$2")"; then
-        pass "$1: $2 has no /$3/"
+        ok "$1: $2 has no /$3/"
     else
-        fail "$1: $2 has /$3/"
+        bad_capture "$1: $2 has /$3/"
     fi
 }
 
@@ -193,26 +156,26 @@ check_devices() {
     expect_no_stderr "$label: ibv_devices"
     if [[ $(sed -n 1p <<<"$OUT") =~ ^\ +device\ +[[:space:]]+node\ GUID$ &&
         $(sed -n 2p <<<"$OUT") =~ ^\ +-+[[:space:]]+-{16}$ ]]; then
-        pass "$label: ibv_devices prints its header"
+        ok "$label: ibv_devices prints its header"
     else
-        fail "$label: ibv_devices prints its header"
+        bad_capture "$label: ibv_devices prints its header"
     fi
     local listed
     listed=$(awk 'NR > 2 { print $1 }' <<<"$OUT" | paste -sd' ')
     if [[ $listed == "${want[*]}" ]]; then
-        pass "$label: ibv_devices lists exactly '${want[*]}'"
+        ok "$label: ibv_devices lists exactly '${want[*]}'"
     else
-        fail "$label: ibv_devices lists '$listed', expected '${want[*]}'"
+        bad_capture "$label: ibv_devices lists '$listed', expected '${want[*]}'"
     fi
     local name line
     for name in "$@"; do
         line=$(awk -v name="$name" 'NR > 2 && $1 == name' <<<"$OUT")
         if [[ $line =~ ^\ +${name}[[:space:]]+([0-9a-f]{16})$ ]]; then
             GUID[$name]=${BASH_REMATCH[1]}
-            pass "$label: ibv_devices shows $name with a 16-hex-digit GUID (${GUID[$name]})"
+            ok "$label: ibv_devices shows $name with a 16-hex-digit GUID (${GUID[$name]})"
         else
             GUID[$name]=none
-            fail "$label: ibv_devices shows $name with a 16-hex-digit GUID"
+            bad_capture "$label: ibv_devices shows $name with a 16-hex-digit GUID"
         fi
     done
 }
@@ -258,9 +221,9 @@ check_devinfo() {
         expect_status "$what" 0
         expect_no_stderr "$what"
         if [[ $(hca_ids | paste -sd' ') == "${want[*]}" ]]; then
-            pass "$what: hca_ids are exactly '${want[*]}'"
+            ok "$what: hca_ids are exactly '${want[*]}'"
         else
-            fail "$what: hca_ids are '$(hca_ids | paste -sd' ')', expected '${want[*]}'"
+            bad_capture "$what: hca_ids are '$(hca_ids | paste -sd' ')', expected '${want[*]}'"
         fi
         for spec in "$@"; do
             IFS='|' read -r name state gid0 <<<"$spec"
@@ -328,17 +291,17 @@ for AS in "${users[@]}"; do
     check_devices "default ($who)" default usiw0
     check_devinfo "default ($who)" default "usiw0|$LO_PORT_STATE|$LO_GID0"
     if [[ ${GUID[usiw0]} != none && ${GUID[usiw0]} != 0000000000000000 ]]; then
-        pass "default ($who): usiw0 on lo has a nonzero GUID"
+        ok "default ($who): usiw0 on lo has a nonzero GUID"
     else
-        fail "default ($who): usiw0 on lo has a nonzero GUID"
+        bad_capture "default ($who): usiw0 on lo has a nonzero GUID"
     fi
 
     run_tool default ibv_devinfo -l
     expect_status "default ($who): ibv_devinfo -l" 0
     if grep -qxP -- '\s*usiw0' <<<"$OUT"; then
-        pass "default ($who): ibv_devinfo -l lists usiw0"
+        ok "default ($who): ibv_devinfo -l lists usiw0"
     else
-        fail "default ($who): ibv_devinfo -l lists usiw0"
+        bad_capture "default ($who): ibv_devinfo -l lists usiw0"
     fi
 
     check_devices "two links ($who)" two usiw0 usiw1
@@ -346,9 +309,9 @@ for AS in "${users[@]}"; do
     run_tool two ibv_devinfo -d usiw1
     expect_status "two links ($who): ibv_devinfo -d usiw1" 0
     if [[ $(hca_ids | paste -sd' ') == usiw1 ]]; then
-        pass "two links ($who): ibv_devinfo -d usiw1 shows only usiw1"
+        ok "two links ($who): ibv_devinfo -d usiw1 shows only usiw1"
     else
-        fail "two links ($who): ibv_devinfo -d usiw1 shows only usiw1"
+        bad_capture "two links ($who): ibv_devinfo -d usiw1 shows only usiw1"
     fi
 
     # A broken links file, reported by each stock program with its file and
@@ -365,9 +328,9 @@ for AS in "${users[@]}"; do
     expect_stderr_line "duplicate link ($who): ibv_devices" \
         "usiw: no usiw devices: $WORK/dupe/system/links:2: link 'usiw0' is listed twice"
     if ! grep -q usiw0 <<<"$OUT"; then
-        pass "duplicate link ($who): ibv_devices lists no usiw device"
+        ok "duplicate link ($who): ibv_devices lists no usiw device"
     else
-        fail "duplicate link ($who): ibv_devices lists no usiw device"
+        bad_capture "duplicate link ($who): ibv_devices lists no usiw device"
     fi
 
     if [[ $have_missing -eq 1 ]]; then
@@ -378,5 +341,4 @@ for AS in "${users[@]}"; do
     fi
 done
 
-echo "$passed passed, $failed failed, $skipped skipped"
-[[ $failed -eq 0 ]]
+results

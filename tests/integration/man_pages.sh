@@ -4,8 +4,10 @@
 # single warning, and they say what `usiw --help` says:
 #   usiw(1)  every usage line of `usiw --help`, the heading of every command
 #            it explains and every option and alias in those
-#   usiw(7)  every setting `usiw --help` lists under "Tuning" (NAME = VALUES)
-#            and every counter of `usiw stat --describe`
+#   usiw(7)  every setting `usiw --help` lists under "Environment" (NAME =
+#            VALUES: the settings registry) and every counter of
+#            `usiw stat --describe`
+#   usiw(1)  the settings of the links files and of the usiw command
 # and neither page names a USIW_ variable that `usiw --help` does not know.
 #
 # Usage: man_pages.sh PATH/TO/usiw DIR   (DIR holds usiw.1 and usiw.7)
@@ -88,12 +90,31 @@ for option in $(grep -oE '(^| |\[)--?[a-zA-Z][a-zA-Z-]*' <<<"$usage$headings" | 
         fail "usiw.1 lacks the option $option"
 done
 
+# The settings registry as --help lists it under "Environment": each
+# subsection's title (indented by 2, ending with ':') and its settings
+# ("NAME = VALUES", indented by 4), as "TITLE<TAB>NAME = VALUES" lines.
+environment=$(awk '
+    /^Environment/ { inside = 1; heading = 1 }
+    inside && heading { if (/:$/) heading = 0; next }
+    inside && (/^$/ || /^[^ ]/) { exit }
+    inside && /^    [A-Z][A-Z0-9_]* = / { sub(/^ +/, ""); print title "\t" $0; open = 0; next }
+    inside && /^  [^ ]/ { line = $0; sub(/^ +/, "", line); title = open ? title " " line : line; open = 1 }
+    inside && /^      / { open = 0 }' <<<"$HELP")
+[[ -n $environment ]] || fail "usiw --help lists settings under Environment"
 # usiw(7): every setting, with its values as --help gives them.
-settings=$(sed -n '/^Tuning/,/^[^ ]/{/^  [A-Z][A-Z0-9_]* = /p}' <<<"$HELP")
-[[ -n $settings ]] || fail "usiw --help lists settings under Tuning"
-while IFS= read -r line; do
+while IFS=$'\t' read -r title line; do
     expect_in usiw.7 "$line" "the setting"
-done <<<"$settings"
+done <<<"$environment"
+# usiw(1): the settings of the links files and of the usiw command.
+n=0
+while IFS=$'\t' read -r title line; do
+    case $title in
+        "Where the links files"* | "The usiw command"* | "Set by"*)
+            expect_in usiw.1 "$line" "the setting"
+            n=$((n + 1)) ;;
+    esac
+done <<<"$environment"
+[[ $n -ge 4 ]] || fail "usiw --help has the command's settings (found $n)"
 
 # usiw(7): every counter, with its meaning.
 while IFS= read -r line; do

@@ -35,6 +35,8 @@
 #include <thread>
 #include <vector>
 
+#include "fixture.h"
+
 // cmocka last: it defines macros (fail, skip) that clash with the standard
 // library's names. cmocka 1.1.5 declares its functions without extern "C".
 #include <setjmp.h>
@@ -46,6 +48,13 @@ extern "C" {
 }
 
 namespace {
+
+// QP states, receives and completions: the unit tests' fixture
+// (tests/unit/fixture.h).
+using usiw::test::expect_one;
+using usiw::test::expect_wc;
+using usiw::test::post_recv;
+using usiw::test::qp_state;
 
 constexpr int kEventTimeoutMs = 30000;
 // Set in main() unless the environment sets them: short, so the timeout
@@ -111,13 +120,6 @@ std::string private_data(const rdma_cm_event* e) {
     return p ? std::string(p, e->param.conn.private_data_len) : std::string();
 }
 
-ibv_qp_state qp_state(ibv_qp* qp) {
-    ibv_qp_attr attr{};
-    ibv_qp_init_attr init{};
-    assert_int_equal(ibv_query_qp(qp, &attr, IBV_QP_STATE, &init), 0);
-    return attr.qp_state;
-}
-
 // A QP on the id with CQs the CM makes (cq_context == id), in INIT.
 void make_qp(rdma_cm_id* id) {
     ibv_qp_init_attr attr{};
@@ -131,27 +133,6 @@ void make_qp(rdma_cm_id* id) {
     assert_ptr_equal(id->send_cq->cq_context, id);
     assert_ptr_equal(id->recv_cq->cq_context, id);
     assert_int_equal(qp_state(id->qp), IBV_QPS_INIT);
-}
-
-void post_one_recv(rdma_cm_id* id, ibv_mr* mr, void* buf, uint32_t len, uint64_t wr_id) {
-    ibv_sge sge{reinterpret_cast<uintptr_t>(buf), len, mr->lkey};
-    ibv_recv_wr wr{};
-    wr.wr_id = wr_id;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    ibv_recv_wr* bad = nullptr;
-    assert_int_equal(ibv_post_recv(id->qp, &wr, &bad), 0);
-}
-
-ibv_wc poll_one(ibv_cq* cq) {
-    ibv_wc wc{};
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (ibv_poll_cq(cq, 1, &wc) == 0) {
-        if (std::chrono::steady_clock::now() > deadline)
-            fail_msg("no completion within 5 s");
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    return wc;
 }
 
 // A listening id on ip:0; returns the port it got.
@@ -253,7 +234,7 @@ void connect_accept_disconnect(const char* ip, bool server_disconnects) {
     char buf[64];
     ibv_mr* mr = ibv_reg_mr(child->pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE);
     assert_non_null(mr);
-    post_one_recv(child, mr, buf, sizeof buf, 42);
+    post_recv(child->qp, 42, {ibv_sge{reinterpret_cast<uintptr_t>(buf), sizeof buf, mr->lkey}});
 
     rdma_conn_param ap = conn_param("hello from the server", 2, 4);
     assert_int_equal(rdma_accept(child, &ap), 0);
@@ -295,9 +276,8 @@ void connect_accept_disconnect(const char* ip, bool server_disconnects) {
     expect_no_event(l.ch, 50);
 
     // The receive posted before accept was never used: flushed.
-    const ibv_wc wc = poll_one(child->recv_cq);
-    assert_int_equal(wc.wr_id, 42);
-    assert_int_equal(wc.status, IBV_WC_WR_FLUSH_ERR);
+    expect_wc(expect_one(child->recv_cq, "the receive"), 42, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV,
+              "the receive posted before accept");
 
     ibv_dereg_mr(mr);
     rdma_destroy_qp(child);

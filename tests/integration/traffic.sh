@@ -1,8 +1,18 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # Stock rdma-core and perftest programs moving data over usiw: rping,
-# ucmatose, rdma_server/rdma_client and ib_{send,write,read}_{bw,lat} -R, on
-# loopback and between two network namespaces joined by a veth pair.
+# ucmatose, rdma_server/rdma_client and ib_{send,write,read}_{bw,lat} -R
+# (rdma_cm); then, with QPs connected by ibv_modify_qp (the rendezvous,
+# Documentation/cm.md), ib_{send,write,read}_{bw,lat} without -R (with -e,
+# -b, -q 4, and over IPv6 GIDs) and ibv_rc_pingpong / ibv_srq_pingpong -g N
+# (-c checks data, -e); on loopback and between two network namespaces
+# joined by a veth pair.
+#
+# (Debian's perftest 4.5-0.17 ends ib_send_bw without -R on any iWARP
+# device with "Failed to deallocate PD" and exit status 1, after the
+# result: it leaks the receive-credit MR that only iWARP uses, unless -R.
+# Fixed upstream in perftest ff1a84a (23.07). Those runs pass when the
+# result row is there and that leak is the only complaint.)
 #
 # (ib_send_bw -e is left out: on iWARP, which has no receiver-not-ready
 # retry, perftest paces sends with receive credits the server RDMA-Writes
@@ -15,7 +25,7 @@
 # The netns part needs root (ip netns); without it, it is reported skipped.
 # Prints one line per check and "N passed, M failed" at the end.
 set -u
-. "$(dirname "$0")/../../scripts/lib/listen.sh"
+. "$(dirname "$0")/../../scripts/lib/usiw.sh"
 
 USIW=${1:?usage: traffic.sh PATH/TO/usiw [loopback|netns|all]}
 WHERE=${2:-all}
@@ -26,39 +36,27 @@ NS_B=usiw-tb-$$
 # namespaces this script creates.
 ADDR_A=192.0.2.1
 ADDR_B=192.0.2.2
-passed=0
-failed=0
-skipped=0
 
 cleanup() {
-    jobs -p | xargs -r kill 2>/dev/null
-    ip netns del "$NS_A" 2>/dev/null
-    ip netns del "$NS_B" 2>/dev/null
+    stop_jobs
+    netns_del "$NS_A" "$NS_B"
     rm -rf "$WORK"
 }
 trap cleanup EXIT
 
-ok() { echo "PASS: $1"; passed=$((passed + 1)); }
-bad() { echo "FAIL: $1"; failed=$((failed + 1)); }
-skip() { echo "SKIP: $1"; skipped=$((skipped + 1)); }
-
 # An empty configuration: the default device usiw0 on lo.
-mkdir -p "$WORK/lo"
+links_dir "$WORK/lo"
 # Per-namespace configurations: usiw0 on that side's veth end.
-mkdir -p "$WORK/a" "$WORK/b"
-echo "usiw0 netdev va" >"$WORK/a/links"
-echo "usiw0 netdev vb" >"$WORK/b/links"
+links_dir "$WORK/a" "usiw0 netdev va"
+links_dir "$WORK/b" "usiw0 netdev vb"
 
 # side CONFIGDIR NETNS CMD...: runs CMD under usiw in that setting.
 side() {
     local config=$1 netns=$2
     shift 2
-    local prefix=()
-    [ -n "$netns" ] && prefix=(ip netns exec "$netns")
     # USIW_DEBUG: the CM's states and events go to the log, so that a rare
     # failure (a hang shows only as exit 124) says how far each end got.
-    USIW_DEBUG=1 USIW_CONFIG_DIR=$config USIW_SYSTEM_CONFIG_DIR=$config \
-        "${prefix[@]}" timeout 60 "$USIW" run "$@"
+    USIW_DEBUG=1 with_links "$config" in_ns "$netns" timeout 60 "$USIW" run "$@"
 }
 
 # pair NAME PORT SERVER_ENV CLIENT_ENV SERVER_REGEX CLIENT_REGEX -- SERVER_ARGS -- CLIENT_ARGS
@@ -67,38 +65,40 @@ pair() {
     local name=$1 port=$2 senv=$3 cenv=$4 sre=$5 cre=$6
     shift 6
     [ "$1" = -- ] && shift
-    local sargs=() cargs=()
-    while [ $# -gt 0 ] && [ "$1" != -- ]; do sargs+=("$1"); shift; done
-    shift
-    cargs=("$@")
-    local sconf snet cconf cnet
+    split_at_dashes "$@"
+    local sargs=("${before[@]}") cargs=("${after[@]}")
+    local sconf snet cconf cnet allow=${ALLOW_PD_LEAK:-}
     read -r sconf snet <<<"$senv"
     read -r cconf cnet <<<"$cenv"
     local file=${name//[^A-Za-z0-9_.-]/_}
     local sout="$WORK/$file.server" cout="$WORK/$file.client"
-    side "$sconf" "$snet" "${sargs[@]}" >"$sout" 2>&1 &
-    local spid=$!
-    if ! wait_listen "$snet" 10 "$port"; then
+    if ! server_client "$port" "$snet" 60 "$sout" "$cout" side "$sconf" "$snet" "${sargs[@]}" \
+        -- side "$cconf" "$cnet" "${cargs[@]}"; then
         bad "$name: server never listened on port $port"
-        kill "$spid" 2>/dev/null
-        sed 's/^/    server: /' "$sout" | tail -n 5
+        show server "$sout" 5
         return
     fi
-    side "$cconf" "$cnet" "${cargs[@]}" >"$cout" 2>&1
-    local crc=$?
-    wait "$spid"
-    local src=$?
     local why=""
-    [ "$crc" -eq 0 ] || why+=" client exit $crc;"
-    [ "$src" -eq 0 ] || why+=" server exit $src;"
+    # See the top: perftest's credit-MR leak, and nothing else.
+    local f
+    for f in "$cout" "$sout"; do
+        if [ -n "$allow" ] && grep -q "Failed to deallocate PD" "$f" &&
+            ! grep -v "^usiw: \|Failed to deallocate PD\|Couldn't destroy all SEND resources" "$f" |
+                grep -qi "fail\|error\|couldn't\|unable"; then
+            [ "$f" = "$cout" ] && [ "$client_rc" -eq 1 ] && client_rc=0
+            [ "$f" = "$sout" ] && [ "$server_rc" -eq 1 ] && server_rc=0
+        fi
+    done
+    [ "$client_rc" -eq 0 ] || why+=" client exit $client_rc;"
+    [ "$server_rc" -eq 0 ] || why+=" server exit $server_rc;"
     grep -Eq "$cre" "$cout" || why+=" client output lacks /$cre/;"
     grep -Eq "$sre" "$sout" || why+=" server output lacks /$sre/;"
     if [ -z "$why" ]; then
         ok "$name"
     else
         bad "$name:$why"
-        sed 's/^/    server: /' "$sout" | tail -n 30
-        sed 's/^/    client: /' "$cout" | tail -n 30
+        show server "$sout" 30
+        show client "$cout" 30
     fi
 }
 
@@ -151,37 +151,101 @@ suite() {
     done
 }
 
+# gid_index CONFIGDIR NETNS ADDRESS: the usiw0 GID table index of ADDRESS
+# (as ibv_devinfo -v prints GIDs), or nothing.
+gid_index() {
+    local config=$1 netns=$2 want=$3
+    side "$config" "$netns" ibv_devinfo -v -d usiw0 2>/dev/null |
+        sed -n "s/^.*GID\[ *\([0-9]*\)\]:[[:space:]]*$want,.*/\1/p" | head -n 1
+}
+
+# The same settings with QPs connected by ibv_modify_qp: perftest without
+# -R and the pingpong examples, each exchanging GID and QP number over its
+# own socket. GIDX4 and GIDX6 are the usiw0 GID indexes of the IPv4 and
+# IPv6 addresses (the same on both sides); an empty GIDX6 skips IPv6.
+rendezvous_suite() {
+    local tag=$1 senv=$2 cenv=$3 saddr=$4 base=$5 gidx4=$6 gidx6=$7
+    local p=$base t family gidx name
+    local row="^ *[0-9]+ +[0-9]+ +[0-9.]+"
+    # IP family, then the command. The pingpong examples: -c checks the
+    # received data, -e sleeps on the completion channel; ibv_srq_pingpong
+    # connects 16 QPs on one SRQ.
+    local runs=("4 ib_send_bw -s 65536" "4 ib_send_bw -s 1048576 -n 100" "4 ib_write_bw -s 65536"
+        "4 ib_write_bw -s 1048576 -n 100" "4 ib_read_bw -s 65536" "4 ib_read_bw -s 4096 -e"
+        "4 ib_send_lat -s 8" "4 ib_send_lat -s 4096 -e" "4 ib_write_lat -s 8"
+        "4 ib_read_lat -s 8" "4 ib_read_lat -s 4096 -e" "4 ib_write_bw -s 65536 -b"
+        "4 ib_read_bw -s 65536 -b" "4 ib_send_bw -s 65536 -b" "4 ib_write_bw -s 65536 -q 4"
+        "4 ib_send_bw -s 4096 -q 4" "4 ib_read_bw -s 4096 -q 4"
+        "6 ib_write_bw -s 65536" "6 ib_read_lat -s 8" "6 ib_send_bw -s 65536 -b"
+        "4 ibv_rc_pingpong -c" "4 ibv_rc_pingpong -e" "4 ibv_srq_pingpong -c"
+        "4 ibv_srq_pingpong -e" "6 ibv_rc_pingpong -c -s 65536" "6 ibv_srq_pingpong -c")
+    for t in "${runs[@]}"; do
+        family=${t%% *} gidx=$gidx4
+        t=${t#* }
+        if [ "$family" = 6 ]; then
+            [ -n "$gidx6" ] || continue
+            gidx=$gidx6
+        fi
+        read -r -a words <<<"$t"
+        if [[ $t == ibv_* ]]; then
+            name="$tag IPv$family $t -g $gidx"
+            pair "$name" $p "$senv" "$cenv" "^[0-9]+ iters in" "^[0-9]+ iters in" \
+                -- "${words[@]}" -d usiw0 -g "$gidx" -n 200 -p $p \
+                -- "${words[@]}" -d usiw0 -g "$gidx" -n 200 -p $p "$saddr"
+            # -c: the receiving side prints what it found wrong.
+            if grep -q "invalid data" "$WORK/${name//[^A-Za-z0-9_.-]/_}".*; then
+                bad "$name: the received data was wrong"
+            fi
+        else
+            local iters=() server_re=$row allow=""
+            [[ " $t " == *" -n "* ]] || iters=(-n 200)
+            [[ $t == *_lat* ]] && server_re="remote address"
+            [[ $t == ib_send_bw* ]] && allow=1
+            ALLOW_PD_LEAK=$allow pair "$tag IPv$family $t (no -R)" $p "$senv" "$cenv" \
+                "$server_re" "$row" \
+                -- "${words[@]}" -F -d usiw0 -x "$gidx" -p $p "${iters[@]}" \
+                -- "${words[@]}" -F -d usiw0 -x "$gidx" -p $p "${iters[@]}" "$saddr"
+        fi
+        p=$((p + 1))
+    done
+}
+
 if [ "$WHERE" = loopback ] || [ "$WHERE" = all ]; then
     suite loopback "$WORK/lo " "$WORK/lo " 127.0.0.1 21000
+    # usiw0 on lo: GID 0 is ::ffff:127.0.0.1, GID 1 is ::1.
+    rendezvous_suite loopback "$WORK/lo " "$WORK/lo " 127.0.0.1 21100 0 1
 fi
 
 if [ "$WHERE" = netns ] || [ "$WHERE" = all ]; then
     if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null; then
         skip "netns: needs root and iproute2"
-    elif ip netns add "$NS_A" 2>/dev/null && ip netns add "$NS_B" &&
-        ip link add va netns "$NS_A" type veth peer name vb netns "$NS_B" &&
-        ip -n "$NS_A" addr add "$ADDR_A/24" dev va && ip -n "$NS_B" addr add "$ADDR_B/24" dev vb &&
-        ip -n "$NS_A" link set va up && ip -n "$NS_B" link set vb up &&
-        ip -n "$NS_A" link set lo up && ip -n "$NS_B" link set lo up; then
-        # The kernel reports a new veth operational a moment after it is set
-        # up; the usiw ports follow it.
+    elif veth_pair va "$NS_A" "$ADDR_A" vb "$NS_B" "$ADDR_B" &&
+        ip -n "$NS_A" addr add 2001:db8::1/64 dev va nodad &&
+        ip -n "$NS_B" addr add 2001:db8::2/64 dev vb nodad; then
+        # The usiw ports follow the veths' operational state a moment later.
         for _ in $(seq 100); do
             side "$WORK/a" "$NS_A" ibv_devinfo -d usiw0 2>/dev/null | grep -q PORT_ACTIVE &&
                 side "$WORK/b" "$NS_B" ibv_devinfo -d usiw0 2>/dev/null | grep -q PORT_ACTIVE && break
             sleep 0.1
         done
         suite netns "$WORK/b $NS_B" "$WORK/a $NS_A" "$ADDR_B" 22000
+        # The GID indexes of the veth ends' addresses (IPv4 first; the
+        # IPv6 order is the kernel's), the same on both sides.
+        gid4=$(gid_index "$WORK/a" "$NS_A" "0000:0000:0000:0000:0000:ffff:c000:0201")
+        gid6=$(gid_index "$WORK/a" "$NS_A" "2001:0db8:0000:0000:0000:0000:0000:0001")
+        if [ -n "$gid4" ] && [ -n "$gid6" ] &&
+            [ "$gid6" = "$(gid_index "$WORK/b" "$NS_B" "2001:0db8:0000:0000:0000:0000:0000:0002")" ]; then
+            rendezvous_suite netns "$WORK/b $NS_B" "$WORK/a $NS_A" "$ADDR_B" 22200 "$gid4" "$gid6"
+        else
+            bad "netns: usiw0's GID table lacks the veth addresses (IPv4 '$gid4', IPv6 '$gid6')"
+        fi
         # One host, two netdevs: the client's usiw0 is on vc, the server's
         # address is vd's, so the kernel routes the connection over the
         # loopback path; usiw must serve it from the client's device as
         # the kernel's rdma_cm does (it was ADDR_ERROR).
-        mkdir -p "$WORK/c" "$WORK/d"
-        echo "usiw0 netdev vc" >"$WORK/c/links"
-        echo "usiw0 netdev vd" >"$WORK/d/links"
-        if ip -n "$NS_A" link add vc type veth peer name vd &&
-            ip -n "$NS_A" addr add 192.0.2.11/24 dev vc && ip -n "$NS_A" addr add 192.0.2.12/24 dev vd &&
-            ip -n "$NS_A" link set vc up && ip -n "$NS_A" link set vd up; then
-            sleep 1
+        links_dir "$WORK/c" "usiw0 netdev vc"
+        links_dir "$WORK/d" "usiw0 netdev vd"
+        if veth_pair vc "$NS_A" 192.0.2.11 vd "$NS_A" 192.0.2.12; then
             pair "same-host rping -V -C 10" 22100 "$WORK/d $NS_A" "$WORK/c $NS_A" \
                 "ping data: rdma-ping-9:" "ping data: rdma-ping-9:" \
                 -- rping -s -v -V -C 10 -a 192.0.2.12 -p 22100 \
@@ -195,5 +259,4 @@ if [ "$WHERE" = netns ] || [ "$WHERE" = all ]; then
     fi
 fi
 
-echo "$passed passed, $failed failed, $skipped skipped"
-[ "$failed" -eq 0 ]
+results

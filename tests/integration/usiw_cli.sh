@@ -22,6 +22,7 @@ chmod 755 "$WORK"  # readable by the unprivileged user of the --system check
 export USIW_CONFIG_DIR=$WORK/user
 export USIW_SYSTEM_CONFIG_DIR=$WORK/system
 unset USIW_PROVIDER_LIB LD_PRELOAD USIW_RUN XDG_CONFIG_HOME
+. "$(dirname "$0")/../../scripts/lib/usiw.sh"
 USER_FILE=$USIW_CONFIG_DIR/links
 SYSTEM_FILE=$USIW_SYSTEM_CONFIG_DIR/links
 
@@ -38,76 +39,46 @@ else
     LO_STATE="state DOWN physical_state DISABLED"
 fi
 
-passed=0
-failed=0
-skipped=0
-
 # --- helpers ---
 
-# run_usiw ARGS...: runs usiw; sets RC, OUT (stdout) and ERR (stderr).
+# run_usiw ARGS...: runs usiw; sets RC, OUT (stdout), ERR (stderr) and LAST.
 run_usiw() {
-    "$USIW" "$@" >"$WORK/out" 2>"$WORK/err"
-    RC=$?
-    OUT=$(<"$WORK/out")
-    ERR=$(<"$WORK/err")
+    capture "$USIW" "$@"
     LAST="usiw $*"
 }
 
-pass() {
-    passed=$((passed + 1))
-    echo "ok   - $1"
-}
-
-fail() {
-    failed=$((failed + 1))
-    echo "FAIL - $1"
-    echo "       command: $LAST"
-    echo "       exit status: $RC"
-    sed 's/^/       stdout: /' <<<"$OUT"
-    sed 's/^/       stderr: /' <<<"$ERR"
-}
-
-skip() {
-    skipped=$((skipped + 1))
-    echo "skip - $1"
-}
-
-expect_status() {  # DESCRIPTION STATUS
-    if [[ $RC -eq $2 ]]; then pass "$1: exit $2"; else fail "$1: exit $2 expected"; fi
-}
-
 expect_stdout() {  # DESCRIPTION EXTENDED-REGEX (a line of stdout matches)
-    if grep -qE -- "$2" <<<"$OUT"; then pass "$1: stdout has /$2/"; else fail "$1: stdout lacks /$2/"; fi
+    if grep -qE -- "$2" <<<"$OUT"; then ok "$1: stdout has /$2/"; else bad_capture "$1: stdout lacks /$2/"; fi
 }
 
 expect_stdout_line() {  # DESCRIPTION EXACT-LINE
-    if grep -qxF -- "$2" <<<"$OUT"; then pass "$1: stdout has line '$2'"; else fail "$1: stdout lacks line '$2'"; fi
+    if grep -qxF -- "$2" <<<"$OUT"; then ok "$1: stdout has line '$2'"; else bad_capture "$1: stdout lacks line '$2'"; fi
 }
 
 expect_no_stdout() {  # DESCRIPTION EXTENDED-REGEX
-    if ! grep -qE -- "$2" <<<"$OUT"; then pass "$1: stdout has no /$2/"; else fail "$1: stdout has /$2/"; fi
+    if ! grep -qE -- "$2" <<<"$OUT"; then ok "$1: stdout has no /$2/"; else bad_capture "$1: stdout has /$2/"; fi
 }
 
 expect_stderr() {  # DESCRIPTION FIXED-TEXT (stderr contains it)
-    if grep -qF -- "$2" <<<"$ERR"; then pass "$1: stderr says '$2'"; else fail "$1: stderr lacks '$2'"; fi
+    if grep -qF -- "$2" <<<"$ERR"; then ok "$1: stderr says '$2'"; else bad_capture "$1: stderr lacks '$2'"; fi
 }
 
 expect_error_prefix() {  # DESCRIPTION: stderr starts with "usiw: "
-    if [[ $ERR == "usiw: "* ]]; then pass "$1: error prefixed 'usiw: '"; else fail "$1: error not prefixed 'usiw: '"; fi
+    if [[ $ERR == "usiw: "* ]]; then ok "$1: error prefixed 'usiw: '"; else bad_capture "$1: error not prefixed 'usiw: '"; fi
 }
 
 expect_stdout_lines() {  # DESCRIPTION COUNT
     local n
     n=$(grep -c . <<<"$OUT")
-    if [[ $n -eq $2 ]]; then pass "$1: $2 lines"; else fail "$1: $2 lines expected, got $n"; fi
+    if [[ $n -eq $2 ]]; then ok "$1: $2 lines"; else bad_capture "$1: $2 lines expected, got $n"; fi
 }
 
 expect_file_line() {  # DESCRIPTION FILE EXACT-LINE
-    if grep -qxF -- "$3" "$2" 2>/dev/null; then pass "$1: $(basename "$(dirname "$2")") file has '$3'"; else fail "$1: $2 lacks '$3'"; fi
+    if grep -qxF -- "$3" "$2" 2>/dev/null; then ok "$1: $(basename "$(dirname "$2")") file has '$3'"; else bad_capture "$1: $2 lacks '$3'"; fi
 }
 
 expect_no_file_line() {  # DESCRIPTION FILE EXACT-LINE
-    if ! grep -qxF -- "$3" "$2" 2>/dev/null; then pass "$1: $(basename "$(dirname "$2")") file has no '$3'"; else fail "$1: $2 still has '$3'"; fi
+    if ! grep -qxF -- "$3" "$2" 2>/dev/null; then ok "$1: $(basename "$(dirname "$2")") file has no '$3'"; else bad_capture "$1: $2 still has '$3'"; fi
 }
 
 # snapshot: remembers both links files; expect_unchanged compares with it.
@@ -129,7 +100,7 @@ expect_unchanged() {  # DESCRIPTION
             [[ ! -e $f ]] || ok=0
         fi
     done
-    if [[ $ok -eq 1 ]]; then pass "$1: links files unchanged"; else fail "$1: links files changed"; fi
+    if [[ $ok -eq 1 ]]; then ok "$1: links files unchanged"; else bad_capture "$1: links files changed"; fi
 }
 
 # expect_usage_error DESCRIPTION ARGS...: exit 2, a prefixed message, no change.
@@ -149,7 +120,8 @@ run_usiw --help
 expect_status "--help" 0
 for text in "usiw link show" "usiw link add NAME netdev NETDEV" "usiw link delete NAME" \
     "usiw run CMD" "LD_PRELOAD=PROVIDER" "USIW_RUN=1" "USIW_CONFIG_DIR" \
-    "USIW_SYSTEM_CONFIG_DIR" "USIW_PROVIDER_LIB" "XDG_CONFIG_HOME" "/etc/usiw/links" "Examples"; do
+    "USIW_SYSTEM_CONFIG_DIR" "USIW_PROVIDER_LIB" "XDG_CONFIG_HOME" "/etc/usiw/links" "Examples" \
+    "perftest without -R" "ibv_rc_pingpong -g GID_INDEX" "USIW_RDV_PORT"; do
     expect_stdout "--help" "$(sed 's/[][\.*^$()+?{}|]/\\&/g' <<<"$text")"
 done
 expect_stdout "--help shows the real files" "$USER_FILE"
@@ -163,7 +135,7 @@ run_usiw -V
 if [[ $RC -eq 0 && $OUT == "$VERSION_OUT" ]]; then pass "usiw -V is --version"; else fail "usiw -V is --version"; fi
 for word in -h help; do
     run_usiw "$word"
-    if [[ $RC -eq 0 && $OUT == "$HELP" ]]; then pass "usiw $word prints the help"; else fail "usiw $word prints the help"; fi
+    if [[ $RC -eq 0 && $OUT == "$HELP" ]]; then ok "usiw $word prints the help"; else bad_capture "usiw $word prints the help"; fi
 done
 
 # --- the default link ---
@@ -174,7 +146,7 @@ expect_stdout_line "link show with nothing configured" "link usiw0/1 $LO_STATE n
 expect_stdout_lines "link show with nothing configured" 1
 DEFAULT_SHOW=$OUT
 run_usiw link
-if [[ $RC -eq 0 && $OUT == "$DEFAULT_SHOW" ]]; then pass "plain 'usiw link' is 'link show'"; else fail "plain 'usiw link' is 'link show'"; fi
+if [[ $RC -eq 0 && $OUT == "$DEFAULT_SHOW" ]]; then ok "plain 'usiw link' is 'link show'"; else bad_capture "plain 'usiw link' is 'link show'"; fi
 
 # --- add ---
 
@@ -232,9 +204,9 @@ ERR=$(cat "$WORK"/concurrent.*.err)
 LAST="20 x usiw link add parN netdev lo --user, at once"
 expect_status "20 concurrent link adds" 0
 if [[ $OUT == 20 ]]; then
-    pass "20 concurrent link adds: all 20 links in the file"
+    ok "20 concurrent link adds: all 20 links in the file"
 else
-    fail "20 concurrent link adds: all 20 links in the file (found ${OUT:-0})"
+    bad_capture "20 concurrent link adds: all 20 links in the file (found ${OUT:-0})"
 fi
 
 # --- show ---
@@ -306,7 +278,7 @@ run_usiw link delete gone0 --user
 run_usiw link delete usiw3 --user
 rm -f "$SYSTEM_FILE"
 run_usiw link show
-if [[ $RC -eq 0 && $OUT == "$DEFAULT_SHOW" ]]; then pass "default link back once all links are deleted"; else fail "default link back once all links are deleted"; fi
+if [[ $RC -eq 0 && $OUT == "$DEFAULT_SHOW" ]]; then ok "default link back once all links are deleted"; else bad_capture "default link back once all links are deleted"; fi
 
 run_usiw link delete usiw0 --user
 expect_status "delete of the default link" 1
@@ -380,7 +352,7 @@ expect_stdout_line "run with a relative USIW_PROVIDER_LIB" "LD_PRELOAD=$DUMMY"
 
 run_usiw run -- printf '%s|' a 'b c'
 expect_status "run passes arguments" 0
-if [[ $OUT == "a|b c|" ]]; then pass "run passes arguments unchanged"; else fail "run passes arguments unchanged"; fi
+if [[ $OUT == "a|b c|" ]]; then ok "run passes arguments unchanged"; else bad_capture "run passes arguments unchanged"; fi
 
 run_usiw run sh -c 'exit 3'
 expect_status "run returns the command's status" 3
@@ -430,5 +402,4 @@ expect_status "run finds the build-tree provider" 0
 expect_stdout_line "run finds the build-tree provider" "LD_PRELOAD=$WORK/tree/lib/libusiw-rdmav34.so"
 USIW=$REAL_USIW
 
-echo "$passed passed, $failed failed, $skipped skipped"
-[[ $failed -eq 0 ]]
+results

@@ -36,34 +36,28 @@ KADDR=192.0.2.1   # RFC 5737 test addresses, only inside this guest
 UADDR=192.0.2.2
 RXEADDR=198.51.100.1
 WORK=$(mktemp -d -t coexist.XXXXXX)  # under $TMPDIR: the guest's /tmp is read-only
-GUEST_TEST=cm_coexist
-. "$(dirname "$0")/guest_lib.sh"
-. "$(dirname "$0")/../../scripts/lib/listen.sh"
+. "$(dirname "$0")/../../scripts/lib/usiw.sh"
+time_checks
 
 setup() {
-    load_rdma_modules
-    ip link add va type veth peer name vb &&
-        ip addr add "$KADDR/24" dev va && ip addr add "$UADDR/24" dev vb &&
-        ip link set va up && ip link set vb up || die "cannot set up the veth pair"
+    load_rdma_modules rdma_rxe
+    veth_pair va "" "$KADDR" vb "" "$UADDR" || die "cannot set up the veth pair"
     rdma link add siw0 type siw netdev va || die "rdma link add siw0 failed"
-    modprobe rdma_rxe || die "modprobe rdma_rxe failed"
-    ip link add vc type veth peer name vd && ip addr add "$RXEADDR/24" dev vc &&
-        ip link set vc up && ip link set vd up || die "cannot set up the second veth pair"
+    veth_pair vc "" "$RXEADDR" vd "" "" || die "cannot set up the second veth pair"
     rdma link add rxe0 type rxe netdev vc || die "rdma link add rxe0 failed"
     sysctl -qw net.core.netdev_max_backlog=100000
-    mkdir -p "$WORK/conf"
-    echo "usiw0 netdev vb" >"$WORK/conf/links"
-    for _ in $(seq 50); do
-        ip -br link show vb | grep -q LOWER_UP && ip -br link show va | grep -q LOWER_UP && break
-        sleep 0.2
-    done
+    links_dir "$WORK/conf" "usiw0 netdev vb"
 }
 
 # plain CMD...: over the kernel only (no preload).
 plain() { timeout 60 "$@"; }
 # under_usiw CMD...: under `usiw run`, usiw0 on vb.
-under_usiw() {
-    USIW_CONFIG_DIR=$WORK/conf USIW_SYSTEM_CONFIG_DIR=$WORK/conf timeout 60 "$USIW" run "$@"
+under_usiw() { with_links "$WORK/conf" timeout 60 "$USIW" run "$@"; }
+# debug_to FILE CMD...: CMD under `usiw run` with its debug log in FILE.
+debug_to() {
+    local file=$1
+    shift
+    USIW_DEBUG=1 under_usiw "$@" 2>"$file"
 }
 
 # check NAME RC LOG REGEX...: passes when RC is 0 and LOG matches every REGEX.
@@ -100,7 +94,8 @@ coexist_client() {
     under_usiw "$CX" server "$UADDR" 18516 usiw0 >"$WORK/us.log" 2>&1 &
     local us=$!
     if ! wait_listen "" 20 18515 18516; then
-        kill $ks $us 2>/dev/null
+        kill_tree $ks
+        kill_tree $us
         wait $ks $us 2>/dev/null
         bad "cm_coexist client: the peers never listened"
         show kernel-peer "$WORK/ks.log"
@@ -139,7 +134,7 @@ coexist_server() {
         >"$WORK/sx.log" 2>"$WORK/sx.debug" &
     local sx=$!
     if ! wait_listen "" 20 18517 18518; then
-        kill $sx 2>/dev/null
+        kill_tree $sx
         wait $sx 2>/dev/null
         bad "cm_coexist server: it never listened"
         show out "$WORK/sx.log"
@@ -190,36 +185,25 @@ stock() {
     local name=$1 side=$2 dev=$3 port=$4 sre=$5 cre=$6
     shift 6
     [ "$1" = -- ] && shift
-    local sargs=() cargs=()
-    while [ $# -gt 0 ] && [ "$1" != -- ]; do sargs+=("$1"); shift; done
-    shift
-    cargs=("$@")
+    split_at_dashes "$@"
+    local server=(plain "${before[@]}") client=(plain "${after[@]}")
     local tag=${name//[ \/]/_}
     local sout=$WORK/$tag.server cout=$WORK/$tag.client debug=$WORK/$tag.debug
     if [ "$side" = client ]; then
-        plain "${sargs[@]}" >"$sout" 2>&1 &
+        client=(debug_to "$debug" "${after[@]}")
     else
-        USIW_DEBUG=1 under_usiw "${sargs[@]}" >"$sout" 2>"$debug" &
+        server=(debug_to "$debug" "${before[@]}")
     fi
-    local spid=$!
-    if [ "$port" = - ]; then
-        sleep 2
-    elif ! wait_listen "" 20 "$port"; then
-        kill $spid 2>/dev/null
-        wait $spid 2>/dev/null
+    # Port -: UD, no socket to wait for; 2 s instead.
+    local seconds=20
+    [ "$port" = - ] && seconds=2
+    if ! server_client "$port" "" $seconds "$sout" "$cout" "${server[@]}" -- "${client[@]}"; then
         bad "$name: the server never listened"
         show server "$sout"
         return
     fi
-    if [ "$side" = client ]; then
-        USIW_DEBUG=1 under_usiw "${cargs[@]}" >"$cout" 2>"$debug"
-    else
-        plain "${cargs[@]}" >"$cout" 2>&1
-    fi
-    local crc=$?
-    wait $spid
-    local src=$?
-    if check "$name: server" $src "$sout" "$sre" && check "$name: client" $crc "$cout" "$cre" &&
+    if check "$name: server" $server_rc "$sout" "$sre" &&
+        check "$name: client" $client_rc "$cout" "$cre" &&
         check "$name: usiw's log" 0 "$debug" "$dev's: served by the kernel's rdma_cm"; then
         ok "$name on $dev under usiw run, usiw0 present"
     else
@@ -260,5 +244,4 @@ coexist_server
 coexist_wrong_device
 stock_programs
 
-echo "cm_coexist: $passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+results cm_coexist

@@ -28,40 +28,27 @@ SIW_ADDR=192.0.2.1     # RFC 5737 test addresses, only inside this guest
 USIW_ADDR=192.0.2.2
 WORK=$(mktemp -d -t interop.XXXXXX)  # under $TMPDIR: the guest's /tmp is read-only
 CAPTURES=${USIW_GUEST_SHARE:?run this in the guest (scripts/qemu/guest.sh)}/captures
-GUEST_TEST=siw_interop
-. "$(dirname "$0")/guest_lib.sh"
-. "$(dirname "$0")/../../scripts/lib/listen.sh"
+. "$(dirname "$0")/../../scripts/lib/usiw.sh"
+time_checks
 
 setup() {
     load_rdma_modules
-    ip netns add "$NS" &&
-        ip link add va type veth peer name vb netns "$NS" &&
-        ip addr add "$SIW_ADDR/24" dev va && ip link set va up &&
-        ip -n "$NS" addr add "$USIW_ADDR/24" dev vb && ip -n "$NS" link set vb up &&
-        ip -n "$NS" link set lo up || die "cannot set up the veth pair"
+    veth_pair va "" "$SIW_ADDR" vb "$NS" "$USIW_ADDR" || die "cannot set up the veth pair"
     rdma link add siw0 type siw netdev va || die "rdma link add siw0 failed"
     # Under emulation the receive backlog overflows easily; TCP recovers,
     # but every drop costs a retransmission timeout.
     sysctl -qw net.core.netdev_max_backlog=100000
 
-    mkdir -p "$WORK/conf" "$CAPTURES"
+    mkdir -p "$CAPTURES"
     : >"$CAPTURES/manifest"
-    echo "usiw0 netdev vb" >"$WORK/conf/links"
-    # Both veth ends report carrier a moment after coming up.
-    for _ in $(seq 50); do
-        ip -n "$NS" -br link show vb | grep -q LOWER_UP && break
-        sleep 0.2
-    done
+    links_dir "$WORK/conf" "usiw0 netdev vb"
 }
 
 # on_siw CMD...: CMD over kernel siw (init namespace, no preload).
 on_siw() { timeout 180 "$@"; }
 # on_usiw CMD...: CMD under `usiw run` in the usiw namespace; MPA settings
 # come from the USIW_MPA_* variables in the environment.
-on_usiw() {
-    USIW_CONFIG_DIR=$WORK/conf USIW_SYSTEM_CONFIG_DIR=$WORK/conf \
-        ip netns exec "$NS" timeout 180 "$USIW" run "$@"
-}
+on_usiw() { with_links "$WORK/conf" in_ns "$NS" timeout 180 "$USIW" run "$@"; }
 
 # Captures va during one check, TCP only (no ARP or IPv6 noise), with a
 # large buffer: under emulation dumpcap is easily late.
@@ -90,10 +77,8 @@ pair() {
     shift 4
     [ "$1" = terminate ] && { want=terminate; shift; }
     [ "$1" = -- ] && shift
-    local sargs=() cargs=()
-    while [ $# -gt 0 ] && [ "$1" != -- ]; do sargs+=("$1"); shift; done
-    shift
-    cargs=("$@")
+    split_at_dashes "$@"
+    local sargs=("${before[@]}") cargs=("${after[@]}")
     local server client snet="" port=${PORT:-18515} wire=va
     case $dir in
         usiw-siw) server=on_siw client=on_usiw ;;
@@ -102,20 +87,16 @@ pair() {
     esac
     local tag=${name// /_}
     tag=${tag//=/-}
-    local attempt crc src drops
+    local attempt drops
     for attempt in 1 2 3; do
         capture_start "$tag" "$wire"
-        $server "${sargs[@]}" >"$WORK/$tag.server" 2>&1 &
-        local spid=$!
-        if ! wait_listen "$snet" 30 "$port"; then
-            kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null; capture_stop
-            bad "$name: the server never listened"; show server "$WORK/$tag.server"
+        if ! server_client "$port" "$snet" 30 "$WORK/$tag.server" "$WORK/$tag.client" \
+            $server "${sargs[@]}" -- $client "${cargs[@]}"; then
+            capture_stop
+            bad "$name: the server never listened"
+            show server "$WORK/$tag.server"
             return
         fi
-        $client "${cargs[@]}" >"$WORK/$tag.client" 2>&1
-        crc=$?
-        wait "$spid"
-        src=$?
         capture_stop
         # dumpcap's closing line: "Packets received/dropped on interface
         # 'va': R/D (...)". A capture with holes cannot be decoded past
@@ -128,12 +109,12 @@ pair() {
     cp "$WORK/$tag.dumpcap" "$CAPTURES/$tag.dumpcap" 2>/dev/null
     echo "$tag $want" >>"$CAPTURES/manifest"
 
-    if [ $crc -eq 0 ] && [ $src -eq 0 ] && grep -Eq "$sre" "$WORK/$tag.server" &&
+    if [ $client_rc -eq 0 ] && [ $server_rc -eq 0 ] && grep -Eq "$sre" "$WORK/$tag.server" &&
         grep -Eq "$cre" "$WORK/$tag.client"; then
         ok "$name"
         grep -hE '^(initiator|target|rejected)' "$WORK/$tag.server" "$WORK/$tag.client" | sed 's/^/  /'
     else
-        bad "$name (server exit $src, client exit $crc)"
+        bad "$name (server exit $server_rc, client exit $client_rc)"
         show server "$WORK/$tag.server"
         show client "$WORK/$tag.client"
     fi
@@ -232,5 +213,4 @@ PORT=18515 pair "siw-usiw USIW_MPA_CRC_REQUIRED=1 iwarp_peer data" siw-usiw 'dat
     -- "$PEER" --server "$USIW_ADDR" 18515 data -- "$PEER" --client "$USIW_ADDR" 18515 data
 unset USIW_MPA_CRC_REQUIRED
 
-echo "siw_interop: $passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+results siw_interop

@@ -10,8 +10,10 @@
 #     every run. apt installs the package there, resolving its Depends from
 #     Debian (the .debs it fetches are cached beside the tarball).
 #  3. In the root: usiw --version, `usiw run ibv_devinfo`, stock rping server
-#     and client over usiw on loopback (-V: every ping's data verified),
-#     `man usiw`, the bash completion, and `usiw link add` as root.
+#     and client over usiw on loopback (rdma_cm; -V: every ping's data
+#     verified), stock ibv_rc_pingpong server and client (QPs connected by
+#     ibv_modify_qp; -c: the data checked), `man usiw`, the bash completion,
+#     and `usiw link add` as root.
 #  4. dpkg -r: every file dpkg -L listed is gone but the conffiles; dpkg -P:
 #     those too, and /etc/usiw with the links file; apt's autoremove takes
 #     the dependencies it pulled in. The whole root then matches its state
@@ -32,7 +34,7 @@ BUILD=${1:?usage: debian_package.sh BUILD_DIR [--prepare]}
 BUILD=$(cd "$BUILD" && pwd)
 PREPARE_ONLY=0
 [[ ${2:-} == --prepare ]] && PREPARE_ONLY=1
-. "$top/scripts/lib/listen.sh"
+. "$top/scripts/lib/usiw.sh"
 
 OUT=$BUILD/package
 CACHE=$BUILD/package-root
@@ -47,19 +49,14 @@ ROOT_KEY=$(printf '%s\n' "$SUITE" "$ROOT_PACKAGES" "${MIRRORS[@]}" | sha256sum |
 ROOT_TAR=$CACHE/$SUITE-minbase-$ROOT_KEY.tar
 ARCHIVES=$CACHE/archives
 
-passed=0
-failed=0
-pass() { passed=$((passed + 1)); echo "ok   - $1"; }
-fail() { failed=$((failed + 1)); echo "FAIL - $1"; }
 finish() {
-    echo "$passed passed, $failed failed"
-    [[ $failed -eq 0 ]] && exit 0
+    results && exit 0
     exit 1
 }
 # skip_or_fail REASON: the network is missing, which CI does not accept.
 skip_or_fail() {
     if [[ ${USIW_REQUIRE_PACKAGE_TEST:-0} == 1 ]]; then
-        fail "$1"
+        bad "$1"
         finish
     fi
     echo "SKIP: $1"
@@ -75,23 +72,23 @@ step() {  # step NAME: prints the time the previous step took
 
 [[ $(id -u) -eq 0 ]] || { echo "SKIP: needs root (chroot, mounts)"; exit 77; }
 for tool in dpkg-buildpackage lintian mmdebstrap unshare; do
-    command -v "$tool" >/dev/null || { fail "$tool is not installed (scripts/install-deps.sh)"; finish; }
+    command -v "$tool" >/dev/null || { bad "$tool is not installed (scripts/install-deps.sh)"; finish; }
 done
 
 # --- 1. build and lint ---
 step "building the package (scripts/package.sh)"
 if ! "$top/scripts/package.sh" "$OUT" >"$OUT.log" 2>&1; then
     cat "$OUT.log"
-    fail "scripts/package.sh builds the package and lintian passes it"
+    bad "scripts/package.sh builds the package and lintian passes it"
     finish
 fi
 sed 's/^/    /' "$OUT.log"
-pass "scripts/package.sh builds the package and lintian passes it"
+ok "scripts/package.sh builds the package and lintian passes it"
 VERSION=$(sed -n 's/^project(usiw VERSION \([0-9][0-9.]*\)[ )].*/\1/p' "$top/CMakeLists.txt")
 DEB=$(ls "$OUT"/usiw_"$VERSION"_*.deb 2>/dev/null | head -n 1)
-[[ -f $DEB ]] || { fail "the package usiw_${VERSION}_*.deb exists"; finish; }
-[[ $(dpkg-deb -f "$DEB" Version) == "$VERSION" ]] && pass "package version $VERSION is CMakeLists.txt's" ||
-    fail "package version $(dpkg-deb -f "$DEB" Version), CMakeLists.txt says $VERSION"
+[[ -f $DEB ]] || { bad "the package usiw_${VERSION}_*.deb exists"; finish; }
+[[ $(dpkg-deb -f "$DEB" Version) == "$VERSION" ]] && ok "package version $VERSION is CMakeLists.txt's" ||
+    bad "package version $(dpkg-deb -f "$DEB" Version), CMakeLists.txt says $VERSION"
 
 # Every library the ELF files need comes from a package in Depends (what
 # dpkg-shlibdeps computed).
@@ -104,9 +101,9 @@ while IFS= read -r elf; do
     for soname in $(readelf -d "$elf" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
         owner=$(dpkg -S "*/$soname" 2>/dev/null | grep -v -- '-dev:' | head -n 1 | cut -d: -f1)
         if [[ -n $owner ]] && grep -qxF "$owner" <<<"$depends_names"; then
-            pass "${elf#"$extract"} needs $soname: $owner is in Depends"
+            ok "${elf#"$extract"} needs $soname: $owner is in Depends"
         else
-            fail "${elf#"$extract"} needs $soname (from '${owner:-?}'), which Depends ($depends) lacks"
+            bad "${elf#"$extract"} needs $soname (from '${owner:-?}'), which Depends ($depends) lacks"
         fi
     done
 done < <(find "$extract" -type f -exec sh -c 'head -c 4 "$1" | grep -q ELF' sh {} \; -print)
@@ -168,7 +165,7 @@ if ! in_root apt-get install --download-only -y -q --no-install-recommends "$DEB
     # Keep the refreshed lists for next time.
     in_root apt-get clean >/dev/null 2>&1 || true
 fi
-[[ $PREPARE_ONLY -eq 1 ]] && { pass "prepared: $ROOT_TAR and $ARCHIVES"; finish; }
+[[ $PREPARE_ONLY -eq 1 ]] && { ok "prepared: $ROOT_TAR and $ARCHIVES"; finish; }
 
 # snapshot NAME: WORK/NAME.paths, every path in the root with its type,
 # mode and owner, and WORK/NAME.sums, each regular file's checksum; less
@@ -194,83 +191,111 @@ snapshot before
 step "apt-get install the package"
 if in_root apt-get install -y -q --no-install-recommends "$DEB_IN_ROOT" \
     >"$OUT/install.log" 2>&1; then
-    pass "apt-get install ./$(basename "$DEB") in a clean $SUITE root"
+    ok "apt-get install ./$(basename "$DEB") in a clean $SUITE root"
 else
     tail -n 20 "$OUT/install.log"
-    fail "apt-get install ./$(basename "$DEB") in a clean $SUITE root"
+    bad "apt-get install ./$(basename "$DEB") in a clean $SUITE root"
     finish
 fi
 installed=$(in_root dpkg-query -W -f '${Version}' usiw)
-[[ $installed == "$VERSION" ]] && pass "dpkg has usiw $VERSION" || fail "dpkg has usiw '$installed'"
+[[ $installed == "$VERSION" ]] && ok "dpkg has usiw $VERSION" || bad "dpkg has usiw '$installed'"
 in_root dpkg -L usiw | sort >"$OUT/dpkg-L.txt"
 in_root dpkg-query -W -f '${Conffiles}\n' usiw | awk 'NF { print $1 }' | sort >"$OUT/conffiles.txt"
 grep -qx /etc/libibverbs.d/usiw.driver "$OUT/conffiles.txt" &&
-    pass "/etc/libibverbs.d/usiw.driver is a conffile" || fail "/etc/libibverbs.d/usiw.driver is not a conffile"
+    ok "/etc/libibverbs.d/usiw.driver is a conffile" || bad "/etc/libibverbs.d/usiw.driver is not a conffile"
 grep -qx 'driver usiw' "$ROOT/etc/libibverbs.d/usiw.driver" &&
     [[ -f $ROOT/usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH)/libibverbs/libusiw-rdmav34.so ]] &&
-    pass "the driver file names 'usiw', which is in libibverbs' provider directory" ||
-    fail "the driver file or the provider is not where libibverbs looks"
+    ok "the driver file names 'usiw', which is in libibverbs' provider directory" ||
+    bad "the driver file or the provider is not where libibverbs looks"
 
 step "using it"
 out=$(in_root usiw --version 2>&1)
-[[ $out == "usiw $VERSION" ]] && pass "usiw --version: $out" || fail "usiw --version: '$out'"
+[[ $out == "usiw $VERSION" ]] && ok "usiw --version: $out" || bad "usiw --version: '$out'"
 out=$(in_root usiw run ibv_devinfo 2>&1)
 if grep -qP '^hca_id:\s+usiw0$' <<<"$out" && grep -qP '^\s+transport:\s+iWARP' <<<"$out" &&
     grep -qP "^\s+fw_ver:\s+$VERSION$" <<<"$out"; then
-    pass "usiw run ibv_devinfo: usiw0, iWARP, fw_ver $VERSION"
+    ok "usiw run ibv_devinfo: usiw0, iWARP, fw_ver $VERSION"
 else
-    fail "usiw run ibv_devinfo said:"
+    bad "usiw run ibv_devinfo said:"
     echo "$out"
 fi
 
-# Stock rping, server and client, over usiw0 on lo; -V verifies the data.
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-in_root timeout 60 usiw run rping -s -a 127.0.0.1 -p "$port" -C 10 -V >"$OUT/rping-server.log" 2>&1 &
-server=$!
-if wait_listen "" 20 "$port"; then
-    if in_root timeout 60 usiw run rping -c -a 127.0.0.1 -p "$port" -C 10 -V -v \
-        >"$OUT/rping-client.log" 2>&1 && wait "$server" &&
-        [[ $(grep -c '^ping data: ' "$OUT/rping-client.log") -eq 10 ]]; then
-        pass "usiw run rping: server and client, 10 verified pings"
+# free_port: a TCP port nobody listens on now.
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# Stock rping, server and client, over usiw0 on lo (rdma_cm); -V verifies
+# the data.
+port=$(free_port)
+if server_client "$port" "" 20 "$OUT/rping-server.log" "$OUT/rping-client.log" \
+    in_root timeout 60 usiw run rping -s -a 127.0.0.1 -p "$port" -C 10 -V -- \
+    in_root timeout 60 usiw run rping -c -a 127.0.0.1 -p "$port" -C 10 -V -v; then
+    if [[ $server_rc -eq 0 && $client_rc -eq 0 &&
+        $(grep -c '^ping data: ' "$OUT/rping-client.log") -eq 10 ]]; then
+        ok "usiw run rping: server and client, 10 verified pings"
     else
-        fail "usiw run rping (client, then server):"
+        bad "usiw run rping (client exit $client_rc, then server exit $server_rc):"
         cat "$OUT/rping-client.log" "$OUT/rping-server.log"
     fi
 else
-    fail "the rping server never listened on port $port:"
+    bad "the rping server never listened on port $port:"
     cat "$OUT/rping-server.log"
 fi
-kill "$server" 2>/dev/null
-wait "$server" 2>/dev/null
+
+# Stock ibv_rc_pingpong, server and client: QPs connected by ibv_modify_qp
+# after swapping GID and QP number over their own socket (usiw's
+# rendezvous, on a port of its own here: other tests may run one on this
+# network namespace's default port); -c checks the received data.
+port=$(free_port)
+rdv=$(free_port)
+if server_client "$port" "" 20 "$OUT/pingpong-server.log" "$OUT/pingpong-client.log" \
+    in_root timeout 60 env USIW_RDV_PORT="$rdv" usiw run ibv_rc_pingpong -d usiw0 -g 0 -n 100 -c \
+    -p "$port" -- \
+    in_root timeout 60 env USIW_RDV_PORT="$rdv" usiw run ibv_rc_pingpong -d usiw0 -g 0 -n 100 -c \
+    -p "$port" 127.0.0.1; then
+    if [[ $server_rc -eq 0 && $client_rc -eq 0 ]] &&
+        grep -q '^[0-9]* iters in' "$OUT/pingpong-client.log" &&
+        grep -q '^[0-9]* iters in' "$OUT/pingpong-server.log" &&
+        ! grep -q 'invalid data' "$OUT/pingpong-client.log" "$OUT/pingpong-server.log"; then
+        ok "usiw run ibv_rc_pingpong -g 0: server and client, 100 checked iterations"
+    else
+        bad "usiw run ibv_rc_pingpong (client exit $client_rc, then server exit $server_rc):"
+        cat "$OUT/pingpong-client.log" "$OUT/pingpong-server.log"
+    fi
+else
+    bad "the ibv_rc_pingpong server never listened on port $port:"
+    cat "$OUT/pingpong-server.log"
+fi
 
 out=$(in_root man -w usiw 2>&1)
-[[ $out == /usr/share/man/man1/usiw.1.gz ]] && pass "man -w usiw: $out" || fail "man -w usiw: '$out'"
+[[ $out == /usr/share/man/man1/usiw.1.gz ]] && ok "man -w usiw: $out" || bad "man -w usiw: '$out'"
 out=$(in_root env MANWIDTH=80 man 7 usiw 2>&1)
 grep -q 'userspace SoftiWARP' <<<"$out" && grep -q 'MPA SETTINGS' <<<"$out" &&
-    pass "man 7 usiw renders" || fail "man 7 usiw: $(head -n 5 <<<"$out")"
+    ok "man 7 usiw renders" || bad "man 7 usiw: $(head -n 5 <<<"$out")"
 out=$(in_root bash -c '. /usr/share/bash-completion/completions/usiw &&
     COMP_WORDS=(usiw link sh) COMP_CWORD=2 && _usiw && echo "${COMPREPLY[*]}"' 2>&1)
-[[ $out == show ]] && pass "the bash completion completes 'usiw link sh'" ||
-    fail "the bash completion: '$out'"
+[[ $out == show ]] && ok "the bash completion completes 'usiw link sh'" ||
+    bad "the bash completion: '$out'"
 
 out=$(in_root usiw link add usiw1 netdev lo 2>&1)
 if grep -q 'system links (/etc/usiw/links)' <<<"$out" &&
     in_root usiw run ibv_devices 2>&1 | grep -qw usiw1; then
-    pass "usiw link add (root: /etc/usiw/links), and ibv_devices lists usiw1"
+    ok "usiw link add (root: /etc/usiw/links), and ibv_devices lists usiw1"
 else
-    fail "usiw link add usiw1 netdev lo: $out"
+    bad "usiw link add usiw1 netdev lo: $out"
 fi
 
 # --- 4. remove, purge, nothing left ---
 step "dpkg -r, dpkg -P, apt-get autoremove"
-in_root dpkg -r usiw >"$OUT/remove.log" 2>&1 || { fail "dpkg -r usiw"; cat "$OUT/remove.log"; }
+in_root dpkg -r usiw >"$OUT/remove.log" 2>&1 || { bad "dpkg -r usiw"; cat "$OUT/remove.log"; }
 # What dpkg -L listed must be gone, but the conffiles, their directories
 # and the directories that were there before the install.
 left=()
 while IFS= read -r path; do
     [[ $path == /. ]] && continue
     if grep -qxF "$path" "$OUT/conffiles.txt"; then
-        [[ -e $ROOT$path ]] || fail "the conffile $path is gone after dpkg -r (only purge removes it)"
+        [[ -e $ROOT$path ]] || bad "the conffile $path is gone after dpkg -r (only purge removes it)"
     elif [[ -d $ROOT$path && ! -L $ROOT$path ]]; then
         # (a directory that holds a conffile stays until the purge)
         grep -q "^\.$path d " "$WORK/before.paths" || grep -q "^$path/" "$OUT/conffiles.txt" ||
@@ -279,26 +304,26 @@ while IFS= read -r path; do
         left+=("$path")
     fi
 done <"$OUT/dpkg-L.txt"
-[[ ${#left[@]} -eq 0 ]] && pass "dpkg -r removed all $(wc -l <"$OUT/dpkg-L.txt") paths of dpkg -L but the conffiles" ||
-    fail "left after dpkg -r: ${left[*]}"
-[[ -f $ROOT/etc/usiw/links ]] && pass "dpkg -r keeps /etc/usiw/links (configuration)" ||
-    fail "dpkg -r removed /etc/usiw/links"
-in_root dpkg -P usiw >>"$OUT/remove.log" 2>&1 || { fail "dpkg -P usiw"; cat "$OUT/remove.log"; }
+[[ ${#left[@]} -eq 0 ]] && ok "dpkg -r removed all $(wc -l <"$OUT/dpkg-L.txt") paths of dpkg -L but the conffiles" ||
+    bad "left after dpkg -r: ${left[*]}"
+[[ -f $ROOT/etc/usiw/links ]] && ok "dpkg -r keeps /etc/usiw/links (configuration)" ||
+    bad "dpkg -r removed /etc/usiw/links"
+in_root dpkg -P usiw >>"$OUT/remove.log" 2>&1 || { bad "dpkg -P usiw"; cat "$OUT/remove.log"; }
 left=()
 while IFS= read -r path; do [[ -e $ROOT$path ]] && left+=("$path"); done <"$OUT/conffiles.txt"
 [[ -e $ROOT/etc/usiw ]] && left+=(/etc/usiw)
 for path in "$ROOT"/var/lib/dpkg/info/usiw.*; do [[ -e $path ]] && left+=("${path#"$ROOT"}"); done
-[[ ${#left[@]} -eq 0 ]] && pass "dpkg -P removed the conffiles, /etc/usiw and dpkg's records of usiw" ||
-    fail "left after dpkg -P: ${left[*]}"
-in_root apt-get autoremove --purge -y -q >>"$OUT/remove.log" 2>&1 || fail "apt-get autoremove --purge"
+[[ ${#left[@]} -eq 0 ]] && ok "dpkg -P removed the conffiles, /etc/usiw and dpkg's records of usiw" ||
+    bad "left after dpkg -P: ${left[*]}"
+in_root apt-get autoremove --purge -y -q >>"$OUT/remove.log" 2>&1 || bad "apt-get autoremove --purge"
 
 step "comparing the root with its state before the install"
 snapshot after
 if diff -u "$WORK/before.paths" "$WORK/after.paths" >"$OUT/root.diff" &&
     diff -u "$WORK/before.sums" "$WORK/after.sums" >>"$OUT/root.diff"; then
-    pass "after the purge the root is as it was before the install"
+    ok "after the purge the root is as it was before the install"
 else
-    fail "the root differs from before the install:"
+    bad "the root differs from before the install:"
     head -n 40 "$OUT/root.diff"
 fi
 step "end"

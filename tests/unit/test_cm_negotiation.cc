@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
-// MPA negotiation (cm/negotiation.h) and its knobs (cm/knobs.h): every rule
+// MPA negotiation (cm/negotiation.h) under its knobs (host/settings.h): every rule
 // a responder and an initiator apply, including the cases two usiw ends in
 // one process cannot produce (a peer that disagrees on CRC, asks for
 // markers, answers with another revision, or picks an RTR type that was
@@ -11,8 +11,8 @@
 #include <cstring>
 #include <vector>
 
-#include "cm/knobs.h"
 #include "cm/negotiation.h"
+#include "host/settings.h"
 #include "wire/mpa.h"
 
 // cmocka last: it defines macros that clash with the standard library.
@@ -262,26 +262,6 @@ void test_fpdu_budget(void**) {
     assert_int_equal(fpdu_budget(false, 0), 1448);
 }
 
-void test_knobs_from_environment(void**) {
-    // Read once per process: set before the first mpa_policy().
-    setenv("USIW_MPA_REVISION", "1,usiw7=2", 1);
-    setenv("USIW_MPA_CRC_REQUIRED", "usiw7=1", 1);
-    setenv("USIW_MPA_RTR", "read+send", 1);
-    setenv("USIW_MPA_GSO", "maybe", 1);  // not a value: ignored
-    setenv("USIW_MPA_REPLY_TIMEOUT_MS", "250", 1);
-    const MpaPolicy any = mpa_policy("usiw0");
-    assert_int_equal(any.revision, 1);
-    assert_false(any.crc_required);
-    assert_int_equal(any.rtr, wire::kRtrRead | wire::kRtrSend);
-    assert_true(any.gso_hint);
-    assert_int_equal(any.reply_timeout_ms, 250);
-    assert_int_equal(any.request_timeout_ms, 5000);
-    const MpaPolicy seven = mpa_policy("usiw7");
-    assert_int_equal(seven.revision, 2);
-    assert_true(seven.crc_required);
-    assert_true(knob_docs().size() >= 7);
-}
-
 }  // namespace
 
 int main(void) {
@@ -295,7 +275,6 @@ int main(void) {
         cmocka_unit_test(test_initiator_reply),
         cmocka_unit_test(test_initiator_refusals),
         cmocka_unit_test(test_fpdu_budget),
-        cmocka_unit_test(test_knobs_from_environment),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

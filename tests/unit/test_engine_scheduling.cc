@@ -6,7 +6,6 @@
 
 #include <cstdint>
 #include <cstdlib>
-#include <initializer_list>
 
 #include "datapath/engine_scheduling.h"
 
@@ -141,35 +140,6 @@ void test_zero_threshold_counts_every_round(void**) {
     assert_true(d.batch());
 }
 
-// USIW_ENGINE_LATE_US: microseconds; unset or malformed means the default.
-void test_late_threshold_from_environment(void**) {
-    unsetenv("USIW_ENGINE_LATE_US");
-    assert_int_equal(usiw::engine_late_ns_from_environment(), BatchGovernor::kLateNs);
-    setenv("USIW_ENGINE_LATE_US", "0", 1);
-    assert_int_equal(usiw::engine_late_ns_from_environment(), 0);
-    setenv("USIW_ENGINE_LATE_US", "1000", 1);
-    assert_int_equal(usiw::engine_late_ns_from_environment(), 1'000'000);
-    for (const char* bad : {"-5", "12ms", "x", "99999999999999999999"}) {
-        setenv("USIW_ENGINE_LATE_US", bad, 1);
-        assert_int_equal(usiw::engine_late_ns_from_environment(), BatchGovernor::kLateNs);
-    }
-    unsetenv("USIW_ENGINE_LATE_US");
-}
-
-// USIW_ENGINE_SCHED's values; anything else means auto.
-void test_mode_from_environment(void**) {
-    using usiw::EngineSchedMode;
-    unsetenv("USIW_ENGINE_SCHED");
-    assert_int_equal(usiw::engine_sched_mode_from_environment(), EngineSchedMode::kAuto);
-    setenv("USIW_ENGINE_SCHED", "batch", 1);
-    assert_int_equal(usiw::engine_sched_mode_from_environment(), EngineSchedMode::kBatch);
-    setenv("USIW_ENGINE_SCHED", "normal", 1);
-    assert_int_equal(usiw::engine_sched_mode_from_environment(), EngineSchedMode::kNormal);
-    setenv("USIW_ENGINE_SCHED", "fifo", 1);
-    assert_int_equal(usiw::engine_sched_mode_from_environment(), EngineSchedMode::kAuto);
-    unsetenv("USIW_ENGINE_SCHED");
-}
-
 }  // namespace
 
 int main(void) {
@@ -177,9 +147,7 @@ int main(void) {
         cmocka_unit_test(test_late_rounds_in_a_row),
         cmocka_unit_test(test_hold_doubles_and_resets),
         cmocka_unit_test(test_progress_lock_wait),
-        cmocka_unit_test(test_mode_from_environment),
         cmocka_unit_test(test_zero_threshold_counts_every_round),
-        cmocka_unit_test(test_late_threshold_from_environment),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

@@ -769,6 +769,53 @@ void test_segmenter_edges(void**) {
     }
 }
 
+// What the transmit path does: peek at a segment, leave it when its FPDU
+// does not fit, take it when it does; and resume a message part-way (a Read
+// Response continued in a later batch).
+void test_segmenter_peek_take_resume(void**) {
+    MessageSegmenter seg(make_write(9, 0x1000, false), 3000, 1400);
+    assert_int_equal(seg.first().to, 0x1000);
+    size_t p = 0;
+    const SegmentHeader a = seg.peek(&p);
+    assert_int_equal(p, 1400);
+    assert_int_equal(a.to, 0x1000);
+    assert_false(a.last);
+    // Peeking again gives the same segment: nothing was taken.
+    const SegmentHeader again = seg.peek(&p);
+    assert_int_equal(again.to, 0x1000);
+    assert_int_equal(seg.sent(), 0);
+    assert_false(seg.done());
+    seg.take(p);
+    assert_int_equal(seg.sent(), 1400);
+    assert_int_equal(seg.peek(&p).to, 0x1000 + 1400);
+    seg.take(p);
+    const SegmentHeader c = seg.peek(&p);
+    assert_int_equal(p, 200);
+    assert_int_equal(c.to, 0x1000 + 2800);
+    assert_true(c.last);
+    assert_false(seg.done());
+    seg.take(p);
+    assert_true(seg.done());
+    assert_int_equal(seg.sent(), 3000);
+
+    // Resumed after 2800 bytes: the same last segment as above.
+    MessageSegmenter resumed(make_write(9, 0x1000, false), 3000, 1400, 2800);
+    const SegmentHeader r = resumed.next(&p);
+    assert_int_equal(p, 200);
+    assert_int_equal(r.to, 0x1000 + 2800);
+    assert_true(r.last);
+    assert_true(resumed.done());
+
+    // Untagged: the message offset resumes.
+    MessageSegmenter send(make_send(4, 0, false), 500, 100, 300);
+    const SegmentHeader s4 = send.next(&p);
+    assert_int_equal(s4.mo, 300);
+    assert_int_equal(s4.msn, 4);
+    assert_false(s4.last);
+    assert_true(send.next(&p).last);
+    assert_true(send.done());
+}
+
 // ---------------------------------------------------------------------------
 // Random streams for the Deframer
 
@@ -1515,6 +1562,7 @@ int main() {
         cmocka_unit_test(test_segmenter_write),
         cmocka_unit_test(test_segmenter_send),
         cmocka_unit_test(test_segmenter_edges),
+        cmocka_unit_test(test_segmenter_peek_take_resume),
         cmocka_unit_test(test_stream_covers_opcodes),
         cmocka_unit_test(test_deframer_random_crc),
         cmocka_unit_test(test_deframer_random_nocrc),

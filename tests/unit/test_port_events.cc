@@ -19,7 +19,6 @@
 #include <errno.h>
 #include <infiniband/verbs.h>
 #include <net/if.h>
-#include <poll.h>
 #include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -30,8 +29,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "fixture.h"
 
 // cmocka last: it defines macros (fail, skip) that clash with the standard
 // library's names. cmocka 1.1.5 declares its functions without extern "C".
@@ -45,15 +47,16 @@ extern "C" {
 
 namespace {
 
+using namespace usiw::test;
+
 constexpr const char* kNetdev = "d0";
 constexpr const char* kPeer = "d0p";  // only with the veth fallback
 constexpr const char* kDevice = "usiw9";
-constexpr int kEventTimeoutMs = 30000;
 
 struct World {
     std::string skip_reason;  // non-empty: every test skips
     std::string config_dir;
-    ibv_device** list = nullptr;
+    std::unique_ptr<DeviceList> devices;
     ibv_device* device = nullptr;
     ibv_context* ctx = nullptr;
 };
@@ -116,33 +119,24 @@ int group_setup(void**) {
     setenv("USIW_CONFIG_DIR", user.c_str(), 1);
     setenv("USIW_SYSTEM_CONFIG_DIR", system.c_str(), 1);
 
-    int n = 0;
-    world.list = ibv_get_device_list(&n);
-    if (!world.list)
-        return -1;
-    for (int i = 0; i < n; ++i) {
-        const char* name = ibv_get_device_name(world.list[i]);
-        if (std::strcmp(name, kDevice) == 0)
-            world.device = world.list[i];
-        else if (std::strncmp(name, "usiw", 4) == 0)
+    world.devices = std::make_unique<DeviceList>();
+    for (int i = 0; i < world.devices->size(); ++i) {
+        const char* name = ibv_get_device_name(world.devices->data()[i]);
+        if (std::strcmp(name, kDevice) != 0 && std::strncmp(name, "usiw", 4) == 0)
             std::fprintf(stderr, "unexpected usiw device %s\n", name);
     }
-    if (!world.device) {
-        std::fprintf(stderr, "no %s device: is libusiw-rdmav34.so preloaded?\n", kDevice);
-        return -1;
-    }
+    world.device = world.devices->get(kDevice);
     if (run("ip link set " + dev + " up") != 0)
         return -1;
-    world.ctx = ibv_open_device(world.device);
-    return world.ctx ? 0 : -1;
+    world.ctx = open_device(world.device);
+    return 0;
 }
 
 int group_teardown(void**) {
     int rc = 0;
     if (world.ctx && ibv_close_device(world.ctx) != 0)
         rc = -1;
-    if (world.list)
-        ibv_free_device_list(world.list);
+    world.devices.reset();
     if (world.skip_reason.empty()) {
         run(std::string("ip link del ") + kNetdev + " 2>/dev/null");
         if (!world.config_dir.empty()) {
@@ -160,26 +154,12 @@ void skip_unless_ready() {
     }
 }
 
-bool event_pending(ibv_context* ctx, int timeout_ms) {
-    pollfd p{ctx->async_fd, POLLIN, 0};
-    return poll(&p, 1, timeout_ms) == 1;
-}
-
 // The next async event on `ctx` must be `type` for port 1, within
-// kEventTimeoutMs.
+// kTimeoutMs.
 void expect_port_event(ibv_context* ctx, ibv_event_type type) {
-    if (!event_pending(ctx, kEventTimeoutMs)) {
-        std::fprintf(stderr, "no %s within %d ms\n", ibv_event_type_str(type), kEventTimeoutMs);
-        assert_true(false);
-    }
-    ibv_async_event event{};
-    assert_int_equal(ibv_get_async_event(ctx, &event), 0);
-    if (event.event_type != type)
-        std::fprintf(stderr, "expected %s, got %s\n", ibv_event_type_str(type),
-                     ibv_event_type_str(event.event_type));
-    assert_int_equal(event.event_type, type);
-    assert_int_equal(event.element.port_num, 1);
-    ibv_ack_async_event(&event);
+    const ibv_async_event event = expect_async_event(ctx, type, "port 1");
+    EXPECT(event.element.port_num == 1, "%s for port %d", ibv_event_type_str(type),
+           event.element.port_num);
 }
 
 ibv_port_state port_state(ibv_context* ctx) {
@@ -239,7 +219,7 @@ void test_port_active_on_up_netdev(void** state) {
     if (port_state(world.ctx) != IBV_PORT_ACTIVE)
         expect_port_event(world.ctx, IBV_EVENT_PORT_ACTIVE);
     assert_int_equal(port_state(world.ctx), IBV_PORT_ACTIVE);
-    assert_false(event_pending(world.ctx, 200));
+    expect_no_async(world.ctx, "port 1", 200);
 
     ibv_port_attr attr{};
     assert_int_equal(ibv_query_port(world.ctx, 1, &attr), 0);
@@ -269,20 +249,20 @@ void test_link_down_and_up(void** state) {
     // A second context on the device gets the events too.
     ibv_context* second = ibv_open_device(world.device);
     assert_non_null(second);
-    assert_false(event_pending(second, 0));
+    expect_no_async(second, "a new context", 0);
 
     assert_int_equal(run(std::string("ip link set ") + kNetdev + " down"), 0);
     expect_port_event(world.ctx, IBV_EVENT_PORT_ERR);
     expect_port_event(second, IBV_EVENT_PORT_ERR);
     assert_int_equal(port_state(world.ctx), IBV_PORT_DOWN);
     assert_int_equal(port_state(second), IBV_PORT_DOWN);
-    assert_false(event_pending(world.ctx, 200));
+    expect_no_async(world.ctx, "port 1", 200);
 
     assert_int_equal(run(std::string("ip link set ") + kNetdev + " up"), 0);
     expect_port_event(world.ctx, IBV_EVENT_PORT_ACTIVE);
     expect_port_event(second, IBV_EVENT_PORT_ACTIVE);
     assert_int_equal(port_state(world.ctx), IBV_PORT_ACTIVE);
-    assert_false(event_pending(world.ctx, 200));
+    expect_no_async(world.ctx, "port 1", 200);
 
     assert_int_equal(ibv_close_device(second), 0);
 }
@@ -308,7 +288,7 @@ void test_addresses_change_gids(void** state) {
     expect_gids(world.ctx, {});
     // The port stayed up throughout.
     assert_int_equal(port_state(world.ctx), IBV_PORT_ACTIVE);
-    assert_false(event_pending(world.ctx, 200));
+    expect_no_async(world.ctx, "port 1", 200);
 }
 
 // The netdev vanishing takes the port down.

@@ -1575,6 +1575,115 @@ void test_term_causes(void**) {
     }
 }
 
+// ---------------------------------------------------------------------------
+// Terminate rules
+
+void test_stag_error_causes(void**) {
+    struct Case {
+        StagError error;
+        TermCause tagged_sink;
+        TermCause read_source;
+    };
+    // RFC 5041 section 7.2 (DDP tagged buffer, layer 1 type 1) and RFC 5040
+    // section 7.2 (RDMAP remote protection, layer 0 type 1), by hand.
+    const Case cases[] = {
+        {StagError::kInvalidStag, {TermLayer::kDdp, 1, 0x00}, {TermLayer::kRdmap, 1, 0x00}},
+        {StagError::kBaseBounds, {TermLayer::kDdp, 1, 0x01}, {TermLayer::kRdmap, 1, 0x01}},
+        {StagError::kNotAssociated, {TermLayer::kDdp, 1, 0x02}, {TermLayer::kRdmap, 1, 0x03}},
+        {StagError::kToWrap, {TermLayer::kDdp, 1, 0x03}, {TermLayer::kRdmap, 1, 0x04}},
+        // DDP has no code for access rights: both report RDMAP's.
+        {StagError::kAccessRights, {TermLayer::kRdmap, 1, 0x02}, {TermLayer::kRdmap, 1, 0x02}},
+    };
+    std::set<std::string> messages;
+    for (const Case& c : cases) {
+        const TermCause sink = stag_error_cause(c.error, StagUse::kTaggedSink);
+        const TermCause source = stag_error_cause(c.error, StagUse::kReadSource);
+        if (sink != c.tagged_sink || source != c.read_source) {
+            print_error("%s: tagged sink %s, read source %s\n", stag_error_message(c.error),
+                        cause_str(sink).c_str(), cause_str(source).c_str());
+            fail();
+        }
+        assert_true(term_cause_defined(sink) && term_cause_defined(source));
+        messages.insert(stag_error_message(c.error));
+    }
+    assert_int_equal(messages.size(), std::size(cases));
+}
+
+void test_terminate_fields(void**) {
+    const auto rr = as_span(kReadRequest);
+    const auto write = as_span(kWriteLast);
+    const auto send = as_span(kSend);
+    struct Case {
+        const char* label;
+        TermCause cause;
+        std::span<const std::byte> offending;
+        bool m, d, r;
+    };
+    const Case cases[] = {
+        // Local catastrophic errors and LLP errors copy nothing.
+        {"RDMAP catastrophic", term::kRdmapCatastrophic, rr, false, false, false},
+        {"DDP catastrophic", term::kDdpCatastrophic, send, false, false, false},
+        {"MPA CRC", term::kLlpCrc, write, false, false, false},
+        // DDP errors copy the segment length and the DDP header.
+        {"tagged bounds", term::kTaggedBaseBounds, write, true, true, false},
+        {"tagged version", term::kTaggedDdpVersion, write, true, true, false},
+        {"no receive", term::kUntaggedNoBuffer, send, true, true, false},
+        // RDMAP remote errors too; a protection error on a Read Request also
+        // its RDMAP header.
+        {"read source rights", term::kAccessRights, rr, true, true, true},
+        {"read source bounds", term::kBaseBounds, rr, true, true, true},
+        {"write rights", term::kAccessRights, write, true, true, false},
+        {"read over IRD", term::kStreamCatastrophic, rr, true, true, false},
+        {"unexpected opcode", term::kUnexpectedOpcode, send, true, true, false},
+        // Too little of the offending FPDU to copy what would be: nothing.
+        {"control bytes only", term::kTaggedDdpVersion, write.first(4), false, false, false},
+        {"no header", term::kUnexpectedOpcode, {}, false, false, false},
+        {"read request without RDMAP header", term::kBaseBounds, rr.first(30), false, false, false},
+    };
+    for (const Case& c : cases) {
+        const TerminateFields f = terminate_fields(c.cause, c.offending);
+        if (f.cause != c.cause || f.has_ulpdu_length != c.m || f.has_ddp_header != c.d ||
+            f.has_rdmap_header != c.r) {
+            print_error("%s: M %d D %d R %d, want M %d D %d R %d\n", c.label, f.has_ulpdu_length,
+                        f.has_ddp_header, f.has_rdmap_header, c.m, c.d, c.r);
+            fail();
+        }
+        // What the fields ask for can always be encoded from those bytes.
+        std::array<std::byte, kMaxTerminatePayload> out;
+        if ((f.has_ddp_header || f.has_rdmap_header) &&
+            encode_terminate_payload(f, c.offending, out) == 0) {
+            print_error("%s: payload cannot be encoded\n", c.label);
+            fail();
+        }
+    }
+}
+
+void test_term_cause_is_protection(void**) {
+    const std::set<std::string> protection = {
+        cause_str(term::kInvalidStag),
+        cause_str(term::kBaseBounds),
+        cause_str(term::kAccessRights),
+        cause_str(term::kStagNotAssociated),
+        cause_str(term::kToWrap),
+        cause_str(term::kProtectionUnspecified),
+        cause_str(term::kTaggedInvalidStag),
+        cause_str(term::kTaggedBaseBounds),
+        cause_str(term::kTaggedStagNotAssociated),
+        cause_str(term::kTaggedToWrap),
+    };
+    for (const TermCause& c : kAllNamedCauses) {
+        const bool want = protection.count(cause_str(c)) > 0;
+        if (term_cause_is_protection(c) != want) {
+            print_error("%s (%s): protection %d, want %d\n", term_cause_name(c),
+                        cause_str(c).c_str(), !want, want);
+            fail();
+        }
+    }
+    // "STag cannot be invalidated" under Remote Protection is one too.
+    assert_true(term_cause_is_protection({TermLayer::kRdmap, 1, 0x09}));
+    assert_false(term_cause_is_protection(term::kCannotInvalidate));
+}
+
 }  // namespace
 
 int main(void) {
@@ -1605,6 +1714,9 @@ int main(void) {
         cmocka_unit_test(test_terminate_payload_encode),
         cmocka_unit_test(test_terminate_payload_decode),
         cmocka_unit_test(test_term_causes),
+        cmocka_unit_test(test_stag_error_causes),
+        cmocka_unit_test(test_terminate_fields),
+        cmocka_unit_test(test_term_cause_is_protection),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

@@ -13,12 +13,9 @@
 // async event pipe, both built from the same sources with the same layout.
 
 #include <infiniband/verbs.h>
-#include <poll.h>
 
-#include <cstdio>
-#include <cstring>
-
-#include "verbs/verbs.h"
+#include "datapath/datapath.h"
+#include "fixture.h"
 
 // cmocka last: it defines macros (fail, skip) that clash with the standard
 // library's names. cmocka 1.1.5 declares its functions without extern "C".
@@ -32,91 +29,53 @@ extern "C" {
 
 namespace {
 
+using namespace usiw::test;
+
 constexpr uint32_t kSrqSize = 8;
 
 struct Fixture {
-    ibv_device** list = nullptr;
     ibv_context* ctx = nullptr;
-    ibv_pd* pd = nullptr;
     ibv_srq* srq = nullptr;
-    char buffer[4096];
-    ibv_mr* mr = nullptr;
+    Buf buffer;
 };
 
-// Posts `count` receives with wr_ids first, first+1, ...; each names 64
-// bytes of the buffer at offset 64 * wr_id.
-bool post(Fixture& f, uint64_t first, uint32_t count) {
-    for (uint32_t i = 0; i < count; ++i) {
-        const uint64_t id = first + i;
-        ibv_sge sge{reinterpret_cast<uintptr_t>(f.buffer + 64 * (id % 64)), 64, f.mr->lkey};
-        ibv_recv_wr wr{};
-        wr.wr_id = id;
-        wr.sg_list = &sge;
-        wr.num_sge = 1;
-        ibv_recv_wr* bad = nullptr;
-        if (ibv_post_srq_recv(f.srq, &wr, &bad) != 0)
-            return false;
-    }
-    return true;
+// The 64 bytes of the buffer that the receive with `wr_id` names.
+size_t offset_of(uint64_t wr_id) {
+    return 64 * (wr_id % 64);
+}
+
+// Posts `count` receives with wr_ids first, first+1, ...
+void post(Fixture& f, uint64_t first, uint32_t count) {
+    for (uint64_t id = first; id < first + count; ++id)
+        post_srq_recv(f.srq, id, {f.buffer.sge(offset_of(id), 64)});
 }
 
 int setup(void** state) {
     auto* f = new Fixture;
-    int n = 0;
-    f->list = ibv_get_device_list(&n);
-    ibv_device* dev = nullptr;
-    for (int i = 0; f->list && i < n; ++i)
-        if (std::strcmp(ibv_get_device_name(f->list[i]), "usiw0") == 0)
-            dev = f->list[i];
-    if (!dev) {
-        std::fprintf(stderr, "no usiw0 device: is libusiw-rdmav34.so preloaded?\n");
-        return -1;
-    }
-    f->ctx = ibv_open_device(dev);
-    if (!f->ctx)
-        return -1;
-    f->pd = ibv_alloc_pd(f->ctx);
-    f->mr =
-        f->pd ? ibv_reg_mr(f->pd, f->buffer, sizeof f->buffer, IBV_ACCESS_LOCAL_WRITE) : nullptr;
-    ibv_srq_init_attr init{};
-    init.attr.max_wr = kSrqSize;
-    init.attr.max_sge = 1;
-    f->srq = f->mr ? ibv_create_srq(f->pd, &init) : nullptr;
-    if (!f->srq || !post(*f, 0, kSrqSize))
-        return -1;
+    const Host h = new_host();
+    f->ctx = h.ctx;
+    f->buffer = new_buf(h, 4096, IBV_ACCESS_LOCAL_WRITE);
+    f->srq = new_srq(h, kSrqSize, 1);
+    post(*f, 0, kSrqSize);
     *state = f;
     return 0;
 }
 
 int teardown(void** state) {
-    auto* f = static_cast<Fixture*>(*state);
-    int rc = 0;
-    rc |= ibv_destroy_srq(f->srq);
-    rc |= ibv_dereg_mr(f->mr);
-    rc |= ibv_dealloc_pd(f->pd);
-    rc |= ibv_close_device(f->ctx);
-    ibv_free_device_list(f->list);
-    delete f;
-    return rc == 0 ? 0 : -1;
+    delete static_cast<Fixture*>(*state);
+    return release_all_teardown(state);
 }
 
 Fixture& fx(void** state) {
     return *static_cast<Fixture*>(*state);
 }
 
-bool event_pending(ibv_context* ctx, int timeout_ms = 0) {
-    pollfd p{ctx->async_fd, POLLIN, 0};
-    return poll(&p, 1, timeout_ms) == 1;
-}
-
 // Reads the one pending event, which must be the SRQ's limit event.
 void expect_limit_event(Fixture& f) {
-    assert_true(event_pending(f.ctx, 2000));
-    ibv_async_event event{};
-    assert_int_equal(ibv_get_async_event(f.ctx, &event), 0);
-    assert_int_equal(event.event_type, IBV_EVENT_SRQ_LIMIT_REACHED);
-    assert_ptr_equal(event.element.srq, f.srq);
-    ibv_ack_async_event(&event);
+    const ibv_async_event event =
+        expect_async_event(f.ctx, IBV_EVENT_SRQ_LIMIT_REACHED, "the SRQ limit");
+    EXPECT(event.element.srq == f.srq, "the limit event names SRQ %p, not %p",
+           static_cast<void*>(event.element.srq), static_cast<void*>(f.srq));
 }
 
 // Takes one WQE as an arriving message would; checks it is the expected one.
@@ -125,10 +84,9 @@ void take(Fixture& f, uint64_t expected_wr_id) {
     assert_true(usiw::srq_take(usiw::to_srq(f.srq), &wqe));
     assert_int_equal(wqe.wr_id, expected_wr_id);
     assert_int_equal(wqe.num_sge, 1);
-    assert_int_equal(wqe.sge[0].addr,
-                     reinterpret_cast<uintptr_t>(f.buffer + 64 * (expected_wr_id % 64)));
+    assert_int_equal(wqe.sge[0].addr, f.buffer.addr(offset_of(expected_wr_id)));
     assert_int_equal(wqe.sge[0].length, 64);
-    assert_int_equal(wqe.sge[0].lkey, f.mr->lkey);
+    assert_int_equal(wqe.sge[0].lkey, f.buffer.mr->lkey);
 }
 
 void arm(Fixture& f, uint32_t limit) {
@@ -151,19 +109,19 @@ void test_not_armed_never_fires(void** state) {
     Fixture& f = fx(state);
     for (uint64_t id = 0; id < kSrqSize; ++id) {
         take(f, id);
-        assert_false(event_pending(f.ctx));
+        expect_no_async(f.ctx, "the SRQ", 0);
     }
     usiw::RecvWqe wqe;
     assert_false(usiw::srq_take(usiw::to_srq(f.srq), &wqe));  // empty
-    assert_false(event_pending(f.ctx, 100));
+    expect_no_async(f.ctx, "the SRQ", 100);
 }
 
 void test_arming_alone_does_not_fire(void** state) {
     Fixture& f = fx(state);
     arm(f, 4);  // 8 queued
-    assert_false(event_pending(f.ctx, 100));
+    expect_no_async(f.ctx, "the SRQ", 100);
     arm(f, kSrqSize);  // 8 queued: not below 8
-    assert_false(event_pending(f.ctx, 100));
+    expect_no_async(f.ctx, "the SRQ", 100);
     assert_int_equal(armed_limit(f), kSrqSize);
 }
 
@@ -173,7 +131,7 @@ void test_fires_once_when_below_limit(void** state) {
     // 8 -> 4 queued: not below the limit yet.
     for (uint64_t id = 0; id < 4; ++id) {
         take(f, id);
-        assert_false(event_pending(f.ctx));
+        expect_no_async(f.ctx, "the SRQ", 0);
     }
     assert_int_equal(armed_limit(f), 4);
     // 4 -> 3: below. The event comes at once, and the limit disarms.
@@ -183,7 +141,7 @@ void test_fires_once_when_below_limit(void** state) {
     // Disarmed: taking the rest raises nothing more.
     for (uint64_t id = 5; id < kSrqSize; ++id)
         take(f, id);
-    assert_false(event_pending(f.ctx, 100));
+    expect_no_async(f.ctx, "the SRQ", 100);
 }
 
 void test_fires_again_after_rearming(void** state) {
@@ -191,26 +149,26 @@ void test_fires_again_after_rearming(void** state) {
     arm(f, 2);
     for (uint64_t id = 0; id < 6; ++id)  // 8 -> 2 queued
         take(f, id);
-    assert_false(event_pending(f.ctx));
+    expect_no_async(f.ctx, "the SRQ", 0);
     take(f, 6);  // 2 -> 1
     expect_limit_event(f);
-    assert_false(event_pending(f.ctx, 100));
+    expect_no_async(f.ctx, "the SRQ", 100);
 
     // Re-armed at 1 with 1 queued: not below, no event until the next take.
     arm(f, 1);
-    assert_false(event_pending(f.ctx, 100));
+    expect_no_async(f.ctx, "the SRQ", 100);
     take(f, 7);  // 1 -> 0
     expect_limit_event(f);
     assert_int_equal(armed_limit(f), 0);
 
     // Refilled and armed again: each arming gives one event.
-    assert_true(post(f, 100, kSrqSize));
+    post(f, 100, kSrqSize);
     arm(f, kSrqSize);
-    assert_false(event_pending(f.ctx, 100));
+    expect_no_async(f.ctx, "the SRQ", 100);
     take(f, 100);  // 8 -> 7
     expect_limit_event(f);
     take(f, 101);
-    assert_false(event_pending(f.ctx, 100));
+    expect_no_async(f.ctx, "the SRQ", 100);
 }
 
 // Posting more WQEs does not fire or disarm.
@@ -219,13 +177,13 @@ void test_posting_does_not_fire(void** state) {
     arm(f, 6);
     take(f, 0);
     take(f, 1);  // 8 -> 6
-    assert_false(event_pending(f.ctx));
-    assert_true(post(f, 8, 2));  // 6 -> 8
-    assert_false(event_pending(f.ctx, 100));
+    expect_no_async(f.ctx, "the SRQ", 0);
+    post(f, 8, 2);  // 6 -> 8
+    expect_no_async(f.ctx, "the SRQ", 100);
     assert_int_equal(armed_limit(f), 6);
     take(f, 2);
     take(f, 3);  // 8 -> 6
-    assert_false(event_pending(f.ctx));
+    expect_no_async(f.ctx, "the SRQ", 0);
     take(f, 4);  // 6 -> 5
     expect_limit_event(f);
 }
@@ -240,9 +198,9 @@ void test_armed_below_limit_fires_once(void** state) {
     arm(f, 5);
     take(f, 6);  // 2 -> 1
     expect_limit_event(f);
-    assert_false(event_pending(f.ctx, 100));
+    expect_no_async(f.ctx, "the SRQ", 100);
     take(f, 7);
-    assert_false(event_pending(f.ctx, 100));
+    expect_no_async(f.ctx, "the SRQ", 100);
 }
 
 }  // namespace

@@ -11,8 +11,8 @@
 #include <mutex>
 
 #include "cm/unique_fd.h"
-#include "glue/provider.h"
 #include "host/netdev.h"
+#include "verbs/device_registry.h"
 #include "verbs/log.h"
 
 namespace usiw::cm {

@@ -17,7 +17,8 @@
 //    has no TIMEWAIT_EXIT (the kernel only makes it for IB);
 //  - an id whose address turns out to be a kernel RDMA device's (and no
 //    usiw device's) is kernel-backed: every call on it goes on to the real
-//    librdmacm, and its events reach the same channel (kernel.h).
+//    librdmacm, and its events reach the same channel (kernel.h). dispatch.cc
+//    sends each call to the ops of the id's kind (id_ops.h).
 //
 // Every function returns 0 or an errno value (never throws); the glue
 // turns that into librdmacm's -1/errno.

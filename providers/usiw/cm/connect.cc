@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
-// Addresses and connections of rdma_cm ids: bind, resolve, listen, connect,
-// accept, reject, disconnect. Each call validates the id's state under the
-// CM lock and hands the protocol work to connection.cc; a synchronous id
-// then waits for its event.
+// usiw's own rdma_cm ids (user_id_ops, id_ops.h; the table is at the end):
+// bind, resolve, listen, connect, accept, reject, disconnect, and the id's
+// options. Each op validates the id's state under the CM lock and hands the
+// protocol work to connection.cc; a synchronous id then waits for its
+// event. The QP side of the table is endpoint.cc's.
 #include <netinet/in.h>
 #include <netinet/ip.h>
 #include <sys/epoll.h>
@@ -13,14 +14,15 @@
 #include <cstring>
 #include <new>
 
-#include "cm/cm.h"
+#include "cm/cm_engine.h"
 #include "cm/connection.h"
-#include "cm/engine.h"
+#include "cm/endpoint.h"
 #include "cm/id.h"
-#include "cm/kernel.h"
-#include "glue/provider.h"
+#include "cm/id_ops.h"
+#include "datapath/attach.h"
+#include "verbs/device_registry.h"
 #include "verbs/log.h"
-#include "verbs/stream.h"
+#include "verbs/verbs.h"
 
 namespace usiw::cm {
 
@@ -73,6 +75,11 @@ class ListenerWatch final : public EngineClient {
     CmId* listener_;
 };
 
+namespace user {
+namespace {
+
+// Closes a listening id's socket watch and the connections still waiting
+// for their MPA request.
 void stop_listening(CmId* c) {
     if (ListenerWatch* watch = c->listener_watch) {
         Engine::get().unwatch(&watch->token, c->socket.get());
@@ -86,8 +93,6 @@ void stop_listening(CmId* c) {
         conn->drop_pending();
     c->pending.clear();
 }
-
-namespace {
 
 int apply_tos(int fd, int family, uint8_t tos) {
     const int value = tos;
@@ -188,49 +193,23 @@ bool has_queued(CmId* c, rdma_cm_event_type type) {
     });
 }
 
-}  // namespace
+// --- the ops ---
 
-int bind_addr(rdma_cm_id* id, const sockaddr* addr) {
+int bind_addr(CmId* c, const sockaddr* addr) {
     const auto address = SockAddr::from(addr);
-    if (!id || !address)
+    if (!address)
         return EINVAL;
-    CmId* c = to_id(id);
-    bool kernel_backed = c->kernel != nullptr;
-    if (!kernel_backed)
-        if (int err = kernel::decide(c, *address, &kernel_backed))
-            return err;
-    if (kernel_backed)
-        return kernel::bind_addr(c, addr);
     if (c->kernel_only)
         return EPROTONOSUPPORT;
     std::lock_guard lock(cm_mutex());
     return bind_locked(c, *address);
 }
 
-int resolve_addr(rdma_cm_id* id, const sockaddr* src, const sockaddr* dst, int timeout_ms) {
+int resolve_addr(CmId* c, const sockaddr* src, const sockaddr* dst, int /*timeout_ms*/) {
     auto destination = SockAddr::from(dst);
     const auto source = SockAddr::from(src);
-    if (!id || !destination || (src && !source))
+    if (!destination || (src && !source))
         return EINVAL;
-    CmId* c = to_id(id);
-    // Decided by the source: the one given, else the one the kernel routes
-    // the destination from.
-    bool kernel_backed = c->kernel != nullptr;
-    if (!kernel_backed && c->state == IdState::kIdle) {
-        SockAddr local;
-        bool known = false;
-        if (source && !source->is_any()) {
-            local = *source;
-            known = true;
-        } else if (!destination->is_any()) {
-            known = route_source(*destination, &local) == 0;
-        }
-        if (known)
-            if (int err = kernel::decide(c, local, &kernel_backed))
-                return err;
-    }
-    if (kernel_backed)
-        return kernel::resolve_addr(c, src, dst, timeout_ms);
     if (c->kernel_only)
         return EPROTONOSUPPORT;
     {
@@ -296,12 +275,7 @@ int resolve_addr(rdma_cm_id* id, const sockaddr* src, const sockaddr* dst, int t
     return complete_sync(c);
 }
 
-int resolve_route(rdma_cm_id* id, int timeout_ms) {
-    if (!id)
-        return EINVAL;
-    CmId* c = to_id(id);
-    if (c->kernel)
-        return kernel::resolve_route(c, timeout_ms);
+int resolve_route(CmId* c, int /*timeout_ms*/) {
     {
         std::lock_guard lock(cm_mutex());
         if (c->state != IdState::kAddrResolved)
@@ -314,12 +288,7 @@ int resolve_route(rdma_cm_id* id, int timeout_ms) {
     return complete_sync(c);
 }
 
-int listen(rdma_cm_id* id, int backlog) {
-    if (!id)
-        return EINVAL;
-    CmId* c = to_id(id);
-    if (c->kernel)
-        return kernel::listen(c, backlog);
+int listen(CmId* c, int backlog) {
     // Unbound, it listens on the wildcard address: usiw's (kernel.h).
     if (c->kernel_only)
         return EPROTONOSUPPORT;
@@ -354,12 +323,7 @@ int listen(rdma_cm_id* id, int backlog) {
     return 0;
 }
 
-int connect(rdma_cm_id* id, const rdma_conn_param* param) {
-    if (!id)
-        return EINVAL;
-    CmId* c = to_id(id);
-    if (c->kernel)
-        return kernel::connect(c, param);
+int connect(CmId* c, const rdma_conn_param* param) {
     {
         std::lock_guard lock(cm_mutex());
         Engine::get().drain_inbox();
@@ -383,12 +347,7 @@ int connect(rdma_cm_id* id, const rdma_conn_param* param) {
     return complete_sync(c);
 }
 
-int accept(rdma_cm_id* id, const rdma_conn_param* param) {
-    if (!id)
-        return EINVAL;
-    CmId* c = to_id(id);
-    if (c->kernel)
-        return kernel::accept(c, param);
+int accept(CmId* c, const rdma_conn_param* param) {
     {
         std::lock_guard lock(cm_mutex());
         Engine::get().drain_inbox();
@@ -413,12 +372,8 @@ int accept(rdma_cm_id* id, const rdma_conn_param* param) {
     return complete_sync(c);
 }
 
-int reject(rdma_cm_id* id, const void* private_data, uint8_t private_data_len) {
-    if (!id)
-        return EINVAL;
-    CmId* c = to_id(id);
-    if (c->kernel)
-        return kernel::reject(c, private_data, private_data_len, false);
+// No ECE on iWARP: rdma_reject_ece is a plain reject.
+int reject(CmId* c, const void* private_data, uint8_t private_data_len, bool /*ece*/) {
     std::lock_guard lock(cm_mutex());
     if (c->state != IdState::kConnectRequest || !c->conn)
         return EINVAL;
@@ -428,19 +383,7 @@ int reject(rdma_cm_id* id, const void* private_data, uint8_t private_data_len) {
     return c->conn->reject(data);
 }
 
-int reject_ece(rdma_cm_id* id, const void* private_data, uint8_t private_data_len) {
-    if (id && to_id(id)->kernel)
-        return kernel::reject(to_id(id), private_data, private_data_len, true);
-    // No ECE on iWARP: a plain reject.
-    return reject(id, private_data, private_data_len);
-}
-
-int disconnect(rdma_cm_id* id) {
-    if (!id)
-        return EINVAL;
-    CmId* c = to_id(id);
-    if (c->kernel)
-        return kernel::disconnect(c);
+int disconnect(CmId* c) {
     bool wait = false;
     {
         std::lock_guard lock(cm_mutex());
@@ -468,41 +411,152 @@ int disconnect(rdma_cm_id* id) {
     return wait ? complete_sync(c) : 0;
 }
 
-int establish(rdma_cm_id* id) {
-    if (id && to_id(id)->kernel)
-        return kernel::establish(to_id(id));
-    if (!id || id->qp)
+int establish(CmId* c) {
+    if (c->id.qp)
         return EINVAL;
     // iWARP has no CONNECT_RESPONSE step: the connection is established
     // when ESTABLISHED arrives, with the QP named in rdma_connect.
     std::lock_guard lock(cm_mutex());
-    return to_id(id)->state == IdState::kEstablished ? 0 : EINVAL;
+    return c->state == IdState::kEstablished ? 0 : EINVAL;
 }
 
-int init_qp_attr(rdma_cm_id* id, ibv_qp_attr* attr, int* mask) {
-    if (id && to_id(id)->kernel)
-        return kernel::init_qp_attr(to_id(id), attr, mask);
-    if (!id || !attr || !mask || !id->verbs)
-        return EINVAL;
-    // What the kernel's iw_cm_init_qp_attr answers: INIT with the remote
-    // access an iWARP connection needs; RTR and RTS have nothing to set
-    // (the CM moves the QP to RTS when the stream is attached).
-    const ibv_qp_state state = attr->qp_state;
-    std::memset(attr, 0, sizeof *attr);
-    attr->qp_state = state;
-    attr->port_num = id->port_num;
-    switch (state) {
-        case IBV_QPS_INIT:
-            attr->qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-            *mask = IBV_QP_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_PORT;
+int set_option(CmId* c, int level, int optname, void* optval, size_t optlen) {
+    std::lock_guard lock(cm_mutex());
+    if (level == RDMA_OPTION_IB)
+        return optname == RDMA_OPTION_IB_PATH ? EINVAL : ENOSYS;  // no IB paths on iWARP
+    if (level != RDMA_OPTION_ID)
+        return ENOSYS;
+    switch (optname) {
+        case RDMA_OPTION_ID_TOS: {
+            if (optlen != sizeof(uint8_t))
+                return EINVAL;
+            c->tos = *static_cast<uint8_t*>(optval);
+            if (c->socket) {
+                const int tos = *c->tos;
+                setsockopt(c->socket.get(), IPPROTO_IP, IP_TOS, &tos, sizeof tos);
+                setsockopt(c->socket.get(), IPPROTO_IPV6, IPV6_TCLASS, &tos, sizeof tos);
+            }
             return 0;
-        case IBV_QPS_RTR:
-        case IBV_QPS_RTS:
-            *mask = IBV_QP_PORT;
+        }
+        case RDMA_OPTION_ID_REUSEADDR: {
+            if (optlen != sizeof(int))
+                return EINVAL;
+            // Kept for what it asks; usiw's sockets reuse addresses always
+            // (connect.cc, bind_socket), the nearest TCP has to a port
+            // space without TIME_WAIT.
+            c->reuseaddr = *static_cast<int*>(optval) != 0;
             return 0;
+        }
+        case RDMA_OPTION_ID_AFONLY:
+            if (optlen != sizeof(int))
+                return EINVAL;
+            if (c->state != IdState::kIdle)
+                return EINVAL;  // the socket is bound already
+            c->afonly = *static_cast<int*>(optval) != 0;
+            return 0;
+        case RDMA_OPTION_ID_ACK_TIMEOUT: {
+            // An IB retry timer; TCP retransmits on its own. The QP still
+            // carries the value, as the kernel's rdma_cm sets it there, so
+            // ibv_query_qp reports what the application chose.
+            if (optlen != sizeof(uint8_t))
+                return EINVAL;
+            c->ack_timeout = *static_cast<uint8_t*>(optval);
+            if (!c->id.qp)
+                return 0;
+            ibv_qp_attr attr{};
+            attr.timeout = *c->ack_timeout;
+            return ibv_modify_qp(c->id.qp, &attr, IBV_QP_TIMEOUT);
+        }
         default:
-            return EINVAL;
+            return ENOSYS;
     }
 }
+
+int notify(CmId* c, ibv_event_type) {
+    // Only IB's CM wants to hear about the QP's first receive.
+    return c->id.verbs ? 0 : EINVAL;
+}
+
+int join_multicast(CmId*, sockaddr*, void*) {
+    return ENOSYS;  // iWARP has no multicast (the kernel's rdma_cm answers the same)
+}
+
+int join_multicast_ex(CmId*, rdma_cm_join_mc_attr_ex*, void*) {
+    return ENOSYS;
+}
+
+int leave_multicast(CmId*, sockaddr*) {
+    return EADDRNOTAVAIL;  // never joined
+}
+
+int set_local_ece(CmId* c, ibv_ece* ece) {
+    if (c->id.qp || !ece || !ece->vendor_id || ece->comp_mask)
+        return EINVAL;
+    std::lock_guard lock(cm_mutex());
+    c->local_ece = *ece;
+    return 0;
+}
+
+int get_remote_ece(CmId* c, ibv_ece* ece) {
+    if (c->id.qp || !ece)
+        return EINVAL;
+    std::lock_guard lock(cm_mutex());
+    *ece = c->remote_ece;
+    ece->comp_mask = 0;
+    return 0;
+}
+
+void set_pd(CmId* c, ibv_pd* pd) {
+    c->id.pd = pd;
+}
+
+int migrate(CmId*, EventChannel*) {
+    return 0;  // nothing but the events, which dispatch.cc moves
+}
+
+void close(CmId* c) {
+    stop_listening(c);
+    if (c->conn)
+        c->conn->abandon();
+    c->socket.reset();
+}
+
+void release(CmId*) {
+    // Nothing left: close() took the socket and the connection.
+}
+
+}  // namespace
+}  // namespace user
+
+const IdOps user_id_ops = {
+    .accept = user::accept,
+    .bind_addr = user::bind_addr,
+    .close = user::close,
+    .connect = user::connect,
+    .create_qp = user::create_qp,
+    .create_qp_ex = user::create_qp_ex,
+    .create_srq = user::create_srq,
+    .create_srq_ex = user::create_srq_ex,
+    .destroy_qp = user::destroy_qp,
+    .destroy_srq = user::destroy_srq,
+    .disconnect = user::disconnect,
+    .establish = user::establish,
+    .get_remote_ece = user::get_remote_ece,
+    .get_request = user::get_request,
+    .init_qp_attr = user::init_qp_attr,
+    .join_multicast = user::join_multicast,
+    .join_multicast_ex = user::join_multicast_ex,
+    .leave_multicast = user::leave_multicast,
+    .listen = user::listen,
+    .migrate = user::migrate,
+    .notify = user::notify,
+    .reject = user::reject,
+    .release = user::release,
+    .resolve_addr = user::resolve_addr,
+    .resolve_route = user::resolve_route,
+    .set_local_ece = user::set_local_ece,
+    .set_option = user::set_option,
+    .set_pd = user::set_pd,
+};
 
 }  // namespace usiw::cm

@@ -68,14 +68,6 @@ const char* rtr_name(uint8_t rtr) {
     }
 }
 
-int mss_of(int fd) {
-    int mss = 0;
-    socklen_t len = sizeof mss;
-    if (getsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &len) != 0)
-        return 0;
-    return mss;
-}
-
 void set_nodelay(int fd) {
     const int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -101,7 +93,7 @@ Connection::Connection(bool active, UniqueFd fd, DeviceContext* device)
     : state_(active ? ConnState::kTcpConnecting : ConnState::kAwaitingRequest),
       fd_(std::move(fd)),
       device_(device),
-      policy_(mpa_policy(device->device->name)) {}
+      policy_(settings::mpa_policy(device->device->name)) {}
 
 // --- common ---
 
@@ -140,52 +132,6 @@ void Connection::finish() {
     // else: run_in_engine() retires it when the datapath lets go.
 }
 
-Connection::ReadResult Connection::read_frame(wire::MpaKind kind, wire::MpaParseResult* parsed,
-                                              int* error) {
-    for (;;) {
-        *parsed = wire::parse_mpa_frame(std::span(rx_.data(), rx_have_), kind);
-        if (parsed->error == wire::MpaError::kNone)
-            return ReadResult::kFrame;
-        if (parsed->error != wire::MpaError::kIncomplete)
-            return ReadResult::kNotMpa;
-        // Read no further than the frame: what follows belongs to the
-        // stream (and siw sends nothing there anyway).
-        const ssize_t n =
-            recv(fd_.get(), rx_.data() + rx_have_, parsed->needed - rx_have_, MSG_DONTWAIT);
-        if (n > 0) {
-            rx_have_ += static_cast<size_t>(n);
-            continue;
-        }
-        if (n == 0) {
-            *error = 0;
-            return ReadResult::kClosed;
-        }
-        if (errno == EINTR)
-            continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK)
-            return ReadResult::kMore;
-        *error = errno;
-        return ReadResult::kSocketError;
-    }
-}
-
-int Connection::write_pending() {
-    while (tx_sent_ < tx_.size()) {
-        const ssize_t n = send(fd_.get(), tx_.data() + tx_sent_, tx_.size() - tx_sent_,
-                               MSG_DONTWAIT | MSG_NOSIGNAL);
-        if (n > 0) {
-            tx_sent_ += static_cast<size_t>(n);
-            continue;
-        }
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            return EAGAIN;
-        return n < 0 ? errno : EPIPE;
-    }
-    return 0;
-}
-
 int Connection::attach(StreamParams&& params) {
     Engine& engine = Engine::get();
     engine.unwatch(&token_, fd_.get());
@@ -215,7 +161,7 @@ void Connection::on_io(uint32_t events) {
         case ConnState::kAwaitingRequest:
             return read_request();
         case ConnState::kSendingReply: {
-            const int err = write_pending();
+            const int err = out_.write(fd_.get());
             if (err == EAGAIN)
                 return;
             if (err != 0)
@@ -277,7 +223,7 @@ void Connection::run_in_engine() {
 
 int Connection::connect(CmId* id, Qp* qp, uint16_t ird, uint16_t ord,
                         std::span<const std::byte> private_data) {
-    const MpaPolicy policy = mpa_policy(id->device->device->name);
+    const MpaPolicy policy = settings::mpa_policy(id->device->device->name);
     const Offer offer = make_offer(policy, ird, ord);
     std::vector<std::byte> data(id->connect_data);
     data.insert(data.end(), private_data.begin(), private_data.end());
@@ -287,8 +233,7 @@ int Connection::connect(CmId* id, Qp* qp, uint16_t ird, uint16_t ord,
     if (!destination || !id->socket)
         return EINVAL;
 
-    std::vector<std::byte> request(wire::kMpaMaxFrameSize);
-    request.resize(wire::encode_mpa_frame(request_frame(offer, data), request));
+    PendingWrite request(request_frame(offer, data));
     if (request.empty())
         return EINVAL;
 
@@ -296,7 +241,7 @@ int Connection::connect(CmId* id, Qp* qp, uint16_t ird, uint16_t ord,
     if (!conn)
         return ENOMEM;
     conn->offer_ = offer;
-    conn->tx_ = std::move(request);
+    conn->out_ = std::move(request);
     conn->qp_ = qp;
     conn->id_ = id;
     id->conn = conn;
@@ -340,7 +285,7 @@ void Connection::on_tcp_connected() {
 }
 
 void Connection::send_request() {
-    const int err = write_pending();
+    const int err = out_.write(fd_.get());
     if (err == 0) {
         enter(ConnState::kAwaitingReply);
         watch(EPOLLIN);
@@ -354,21 +299,19 @@ void Connection::send_request() {
 }
 
 void Connection::read_reply() {
-    wire::MpaParseResult parsed;
-    int error = 0;
-    switch (read_frame(wire::MpaKind::kReply, &parsed, &error)) {
-        case ReadResult::kMore:
+    switch (in_.read(fd_.get(), wire::MpaKind::kReply)) {
+        case MpaFrameReader::Status::kMore:
             return;
-        case ReadResult::kClosed:
-        case ReadResult::kSocketError:
-            return connect_failed(exchange_status(error),
+        case MpaFrameReader::Status::kClosed:
+        case MpaFrameReader::Status::kSocketError:
+            return connect_failed(exchange_status(in_.error()),
                                   "the peer closed the connection before its MPA reply");
-        case ReadResult::kNotMpa:
-            return connect_failed(-EPROTO, wire::mpa_error_message(parsed.error));
-        case ReadResult::kFrame:
+        case MpaFrameReader::Status::kNotMpa:
+            return connect_failed(-EPROTO, wire::mpa_error_message(in_.parsed().error));
+        case MpaFrameReader::Status::kFrame:
             break;
     }
-    const wire::MpaFrame& reply = parsed.frame;
+    const wire::MpaFrame& reply = in_.parsed().frame;
     const ReplyOutcome outcome = judge_reply(policy_, offer_, reply, kMaxOrdIrd);
     if (outcome.status != 0)
         return connect_failed(outcome.status, outcome.reason,
@@ -389,7 +332,7 @@ void Connection::attach_active(const ReplyOutcome& outcome,
     params.send_rtr = outcome.send_rtr;
     params.ird = outcome.ird;
     params.ord = outcome.ord;
-    params.max_fpdu = fpdu_budget(outcome.gso_both, mss_of(fd_.get()));
+    params.max_fpdu = fpdu_budget(outcome.gso_both, tcp_mss(fd_.get()));
     log_debug("rdma_cm: connected to %s: CRC %s, IRD %u ORD %u, RTR %s, FPDUs up to %zu bytes",
               peer_name(fd_.get()).c_str(), params.crc ? "on" : "off", params.ird, params.ord,
               rtr_name(params.send_rtr), params.max_fpdu);
@@ -440,20 +383,18 @@ void Connection::incoming(CmId* listener, UniqueFd fd, DeviceContext* device) {
 }
 
 void Connection::read_request() {
-    wire::MpaParseResult parsed;
-    int error = 0;
-    switch (read_frame(wire::MpaKind::kRequest, &parsed, &error)) {
-        case ReadResult::kMore:
+    switch (in_.read(fd_.get(), wire::MpaKind::kRequest)) {
+        case MpaFrameReader::Status::kMore:
             return;
-        case ReadResult::kClosed:
-        case ReadResult::kSocketError:
+        case MpaFrameReader::Status::kClosed:
+        case MpaFrameReader::Status::kSocketError:
             return drop("the peer closed the connection before its MPA request");
-        case ReadResult::kNotMpa:
-            return drop(wire::mpa_error_message(parsed.error));
-        case ReadResult::kFrame:
+        case MpaFrameReader::Status::kNotMpa:
+            return drop(wire::mpa_error_message(in_.parsed().error));
+        case MpaFrameReader::Status::kFrame:
             break;
     }
-    const wire::MpaFrame& request = parsed.frame;
+    const wire::MpaFrame& request = in_.parsed().frame;
     Engine::get().cancel_timer(this);
     request_ = judge_request(policy_, request, kMaxOrdIrd);
     if (request_.refuse)
@@ -493,15 +434,13 @@ void Connection::read_request() {
 
 void Connection::refuse_request(const char* why) {
     log_debug("rdma_cm: rejecting MPA request from %s: %s", peer_name(fd_.get()).c_str(), why);
-    tx_.resize(wire::kMpaMaxFrameSize);
-    tx_.resize(wire::encode_mpa_frame(reject_frame(request_, policy_.gso_hint, {}), tx_));
-    tx_sent_ = 0;
+    out_ = PendingWrite(reject_frame(request_, policy_.gso_hint, {}));
     enter(ConnState::kSendingReject);
     send_reject();
 }
 
 void Connection::send_reject() {
-    const int err = write_pending();
+    const int err = out_.write(fd_.get());
     if (err == EAGAIN) {
         if (!reject_waiting_) {  // the first short write: wait for room, not forever
             reject_waiting_ = true;
@@ -539,12 +478,9 @@ int Connection::accept(Qp* qp, uint16_t ird, uint16_t ord,
         return ECONNRESET;
     }
     terms_ = accept_terms(request_, ird, ord, kMaxOrdIrd);
-    tx_.resize(wire::kMpaMaxFrameSize);
-    tx_.resize(
-        wire::encode_mpa_frame(reply_frame(request_, policy_.gso_hint, terms_, private_data), tx_));
-    tx_sent_ = 0;
+    out_ = PendingWrite(reply_frame(request_, policy_.gso_hint, terms_, private_data));
     qp_ = qp;
-    const int err = write_pending();
+    const int err = out_.write(fd_.get());
     if (err == 0) {
         if (const int attach_err = reply_sent()) {
             cm::enter(&id_->state, IdState::kClosed, id_);
@@ -578,7 +514,7 @@ int Connection::reply_sent() {
     params.expect_send_rtr = request_.rtr == wire::kRtrSend;
     params.ird = terms_.ird;
     params.ord = terms_.ord;
-    params.max_fpdu = fpdu_budget(request_.gso_both, mss_of(fd_.get()));
+    params.max_fpdu = fpdu_budget(request_.gso_both, tcp_mss(fd_.get()));
     log_debug("rdma_cm: accepted %s: CRC %s, IRD %u ORD %u, RTR %s, FPDUs up to %zu bytes",
               peer_name(fd_.get()).c_str(), params.crc ? "on" : "off", params.ird, params.ord,
               rtr_name(request_.rtr), params.max_fpdu);
@@ -600,9 +536,7 @@ int Connection::reject(std::span<const std::byte> private_data) {
         return EINVAL;
     if (private_data.size() > max_app_private_data(request_.enhanced))
         return EINVAL;
-    tx_.resize(wire::kMpaMaxFrameSize);
-    tx_.resize(wire::encode_mpa_frame(reject_frame(request_, policy_.gso_hint, private_data), tx_));
-    tx_sent_ = 0;
+    out_ = PendingWrite(reject_frame(request_, policy_.gso_hint, private_data));
     cm::enter(&id_->state, IdState::kClosed, id_);
     // The reject goes out on its own; the id is done with the connection.
     id_->conn = nullptr;

@@ -21,11 +21,12 @@
 #include <span>
 #include <vector>
 
-#include "cm/engine.h"
+#include "cm/cm_engine.h"
 #include "cm/id.h"
-#include "cm/knobs.h"
+#include "cm/mpa_io.h"
 #include "cm/negotiation.h"
-#include "verbs/stream.h"
+#include "datapath/attach.h"
+#include "host/settings.h"
 
 namespace usiw::cm {
 
@@ -90,16 +91,6 @@ class Connection final : public EngineClient, public StreamObserver, public Inbo
     void drop(const char* why);  // silently, before the application saw anything
 
     // Shared.
-    enum class ReadResult {
-        kFrame,        // a whole frame is in `rx_`
-        kMore,         // wait for more bytes
-        kClosed,       // the peer closed the connection
-        kSocketError,  // `*error` says which
-        kNotMpa,       // `parsed->error` says why
-    };
-    // Reads towards one MPA frame of `kind`, never past its end.
-    ReadResult read_frame(wire::MpaKind kind, wire::MpaParseResult* parsed, int* error);
-    int write_pending();  // writes tx_; 0 when all out, EAGAIN if not yet, else errno
     int attach(StreamParams&& params);
 
     ConnState state_;
@@ -113,10 +104,8 @@ class Connection final : public EngineClient, public StreamObserver, public Inbo
     bool datapath_holds_ = false;  // attached; the end of the stream not yet heard
     bool reject_waiting_ = false;  // the reject frame waits for room in the socket
 
-    std::array<std::byte, wire::kMpaMaxFrameSize> rx_{};
-    size_t rx_have_ = 0;
-    std::vector<std::byte> tx_;
-    size_t tx_sent_ = 0;
+    MpaFrameReader in_;  // the peer's MPA frame, read exactly
+    PendingWrite out_;   // ours
 
     Offer offer_{};             // active: what the request said
     RequestOutcome request_{};  // passive: what we made of the request

@@ -8,7 +8,6 @@
 #include <cstring>
 #include <new>
 
-#include "cm/id.h"
 #include "verbs/log.h"
 
 namespace usiw::cm {
@@ -113,10 +112,7 @@ int channel_get(EventChannel* c, CmEvent** out) {
             continue;  // withdrawn: its count is spent, look again
         // Counted while the queue lock is held, so an rdma_destroy_id that
         // withdraws events sees each one either still queued or counted.
-        {
-            std::lock_guard count_lock(e->owner->events_mutex);
-            ++e->owner->events_taken;
-        }
+        e->counts->taken();
         *out = e;
         return 0;
     }
@@ -136,11 +132,25 @@ std::deque<CmEvent*> channel_withdraw(EventChannel* c,
 }
 
 void event_ack(CmEvent* event) {
-    CmId* owner = event->owner;
+    EventCounts* counts = event->counts;
     delete event;
-    std::lock_guard lock(owner->events_mutex);
-    ++owner->events_acked;
-    owner->events_acked_cond.notify_all();
+    counts->acked();
+}
+
+void EventCounts::taken() {
+    std::lock_guard lock(mutex_);
+    ++taken_;
+}
+
+void EventCounts::acked() {
+    std::lock_guard lock(mutex_);
+    ++acked_;
+    acked_cond_.notify_all();
+}
+
+void EventCounts::wait_all_acked() {
+    std::unique_lock lock(mutex_);
+    acked_cond_.wait(lock, [this] { return acked_ >= taken_; });
 }
 
 }  // namespace usiw::cm

@@ -30,7 +30,9 @@
 
 #include <rdma/rdma_cma.h>
 
+#include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -44,9 +46,28 @@ namespace kernel {
 class KernelEvents;
 }
 
+// An id's events, counted as the application takes and acks them. Its own
+// lock, since rdma_ack_cm_event must not wait for the CM.
+class EventCounts {
+  public:
+    void taken();
+    void acked();
+    // Waits until every event taken has been acked.
+    void wait_all_acked();
+
+  private:
+    std::mutex mutex_;  // protects the two counts
+    std::condition_variable acked_cond_;
+    uint64_t taken_ = 0;  // by rdma_get_cm_event
+    uint64_t acked_ = 0;  // by rdma_ack_cm_event
+};
+
 struct CmEvent {
     rdma_cm_event event{};  // first: what the application holds
-    CmId* owner = nullptr;  // the id the event counts against
+    // The id the event counts against, and its counts (make_event, id.h,
+    // sets both).
+    CmId* owner = nullptr;
+    EventCounts* counts = nullptr;
     std::byte private_data[wire::kMpaMaxPrivateData]{};
 };
 

@@ -3,17 +3,15 @@
 // the application's pointer converts both ways) and the connection
 // manager's state for it.
 //
-// Everything below the event counters is protected by the CM lock
-// (cm_mutex(), engine.h); the event counters by `events_mutex`, since
+// Everything below the event counts is protected by the CM lock
+// (cm_mutex(), cm_engine.h); the event counts by their own lock, since
 // rdma_ack_cm_event must not wait for the CM.
 #pragma once
 
 #include <rdma/rdma_cma.h>
 
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <unordered_set>
@@ -40,10 +38,7 @@ struct CmId {
     CmId(const CmId&) = delete;
     CmId& operator=(const CmId&) = delete;
 
-    std::mutex events_mutex;  // protects the two counts below
-    std::condition_variable events_acked_cond;
-    uint64_t events_taken = 0;  // by rdma_get_cm_event
-    uint64_t events_acked = 0;  // by rdma_ack_cm_event
+    EventCounts events;
 
     IdState state = IdState::kIdle;
     bool sync = false;  // created without a channel: calls wait for their own event
@@ -109,9 +104,6 @@ void deliver(CmEvent* event);
 // A new id for an incoming connection on `listener`: same channel (or its
 // own one if the listener is synchronous), context, port space and QP type.
 CmId* make_child_id(CmId* listener, DeviceContext* device);
-// Frees a child id the application never saw (its CONNECT_REQUEST was
-// withdrawn), closing its connection.
-void destroy_unseen_child(CmId* child);
 
 // The device an id works on from now on: id->verbs, id->pd (the device's
 // shared default PD, as librdmacm sets it), port 1.
@@ -119,11 +111,12 @@ void attach_device(CmId* id, DeviceContext* device);
 // Sets the id's addresses (and the GIDs that mirror them); a null one is
 // left as it is.
 void set_route(CmId* id, const SockAddr* source, const SockAddr* destination);
-// Closes a listening id's socket and the connections still waiting for
-// their MPA request.
-void stop_listening(CmId* id);
 
 // --- Without the CM lock. ---
+
+// The QP attributes rdma_create_ep gave a passive endpoint, which every
+// rdma_get_request makes its new id's QP with; nullopt if it gave none.
+std::optional<ibv_qp_init_attr> endpoint_qp_attr(CmId* listener);
 
 // librdmacm's ucma_complete: for a synchronous id, acks its previous event
 // and waits for the next, which the id keeps in id->event; a failed event

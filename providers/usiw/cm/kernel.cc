@@ -17,13 +17,16 @@
 #include <vector>
 
 #include "cm/address.h"
-#include "cm/engine.h"
+#include "cm/cm_engine.h"
 #include "cm/event_channel.h"
 #include "cm/id.h"
-#include "glue/provider.h"
+#include "cm/id_ops.h"
+#include "cm/real_rdmacm.h"
+#include "verbs/device_registry.h"
 #include "verbs/log.h"
 
-namespace usiw::cm::kernel {
+namespace usiw::cm {
+namespace kernel {
 
 namespace {
 
@@ -41,55 +44,6 @@ class InsideReal {
 template <typename Fn>
 Fn next(const char* name, const char* version) {
     return reinterpret_cast<Fn>(dlvsym(RTLD_NEXT, name, version));
-}
-
-#define USIW_REAL(member, name, version) \
-    decltype(&::name) member = next<decltype(&::name)>(#name, version)
-
-// The real librdmacm's entry points, under the versions stock librdmacm 44
-// exports them with (nullptr where the process did not load it).
-struct Real {
-    USIW_REAL(create_event_channel, rdma_create_event_channel, "RDMACM_1.0");
-    USIW_REAL(destroy_event_channel, rdma_destroy_event_channel, "RDMACM_1.0");
-    USIW_REAL(create_id, rdma_create_id, "RDMACM_1.0");
-    USIW_REAL(destroy_id, rdma_destroy_id, "RDMACM_1.0");
-    USIW_REAL(bind_addr, rdma_bind_addr, "RDMACM_1.0");
-    USIW_REAL(resolve_addr, rdma_resolve_addr, "RDMACM_1.0");
-    USIW_REAL(resolve_route, rdma_resolve_route, "RDMACM_1.0");
-    USIW_REAL(listen, rdma_listen, "RDMACM_1.0");
-    USIW_REAL(connect, rdma_connect, "RDMACM_1.0");
-    USIW_REAL(accept, rdma_accept, "RDMACM_1.0");
-    USIW_REAL(reject, rdma_reject, "RDMACM_1.0");
-    USIW_REAL(reject_ece, rdma_reject_ece, "RDMACM_1.3");
-    USIW_REAL(disconnect, rdma_disconnect, "RDMACM_1.0");
-    USIW_REAL(establish, rdma_establish, "RDMACM_1.2");
-    USIW_REAL(notify, rdma_notify, "RDMACM_1.0");
-    USIW_REAL(init_qp_attr, rdma_init_qp_attr, "RDMACM_1.2");
-    USIW_REAL(set_option, rdma_set_option, "RDMACM_1.0");
-    USIW_REAL(set_local_ece, rdma_set_local_ece, "RDMACM_1.3");
-    USIW_REAL(get_remote_ece, rdma_get_remote_ece, "RDMACM_1.3");
-    USIW_REAL(join_multicast, rdma_join_multicast, "RDMACM_1.0");
-    USIW_REAL(join_multicast_ex, rdma_join_multicast_ex, "RDMACM_1.1");
-    USIW_REAL(leave_multicast, rdma_leave_multicast, "RDMACM_1.0");
-    USIW_REAL(create_qp, rdma_create_qp, "RDMACM_1.0");
-    USIW_REAL(create_qp_ex, rdma_create_qp_ex, "RDMACM_1.0");
-    USIW_REAL(destroy_qp, rdma_destroy_qp, "RDMACM_1.0");
-    USIW_REAL(create_srq, rdma_create_srq, "RDMACM_1.0");
-    USIW_REAL(create_srq_ex, rdma_create_srq_ex, "RDMACM_1.0");
-    USIW_REAL(destroy_srq, rdma_destroy_srq, "RDMACM_1.0");
-    USIW_REAL(get_request, rdma_get_request, "RDMACM_1.0");
-    USIW_REAL(migrate_id, rdma_migrate_id, "RDMACM_1.0");
-    USIW_REAL(get_cm_event, rdma_get_cm_event, "RDMACM_1.0");
-    USIW_REAL(ack_cm_event, rdma_ack_cm_event, "RDMACM_1.0");
-    USIW_REAL(get_devices, rdma_get_devices, "RDMACM_1.0");
-    USIW_REAL(free_devices, rdma_free_devices, "RDMACM_1.0");
-};
-
-#undef USIW_REAL
-
-const Real& real() {
-    static const Real* r = new Real;  // never destroyed: ids may outlive statics
-    return *r;
 }
 
 // Calls a real librdmacm function that returns 0 or -1 with errno (a few
@@ -187,14 +141,12 @@ void take_sync_event(CmId* c, CmId* listener = nullptr) {
                 translated->event.listen_id = &listener->id;
         }
     }
-    call(real().ack_cm_event, e);
+    call(real_rdmacm().ack_cm_event, e);
     if (c->id.event)
         event_ack(to_event(c->id.event));
     c->id.event = translated ? &translated->event : nullptr;
-    if (translated) {
-        std::lock_guard count(translated->owner->events_mutex);
-        ++translated->owner->events_taken;
-    }
+    if (translated)
+        translated->counts->taken();
 }
 
 // After a forwarded call: the synchronous id's event, then the mirror.
@@ -256,7 +208,7 @@ void translate(rdma_cm_event* e) {
         } else {
             // The listener is going, or memory ran out: the request goes too.
             delete child;
-            call(real().destroy_id, fresh);
+            call(real_rdmacm().destroy_id, fresh);
         }
     } else if (CmId* c = wrapper_of(e->id)) {
         mirror(c, false);
@@ -265,7 +217,7 @@ void translate(rdma_cm_event* e) {
             deliver(event);
         }
     }
-    call(real().ack_cm_event, e);
+    call(real_rdmacm().ack_cm_event, e);
 }
 
 }  // namespace
@@ -282,7 +234,7 @@ class KernelEvents final : public EngineClient {
         rdma_event_channel* real_channel = channel_->kernel;
         for (int i = 0; i < kBatch; ++i) {
             rdma_cm_event* e = nullptr;
-            const int err = call(real().get_cm_event, real_channel, &e);
+            const int err = call(real_rdmacm().get_cm_event, real_channel, &e);
             if (err == EAGAIN || err == EWOULDBLOCK)
                 return;
             if (err == EINTR)
@@ -314,10 +266,10 @@ int open_channel(EventChannel* channel) {
     if (channel->kernel)
         return 0;
     rdma_event_channel* k = nullptr;
-    if (real().create_event_channel) {
+    if (real_rdmacm().create_event_channel) {
         InsideReal inside;
         errno = 0;
-        k = real().create_event_channel();
+        k = real_rdmacm().create_event_channel();
     }
     if (!k)
         return errno ? errno : ENOSYS;
@@ -335,7 +287,7 @@ int open_channel(EventChannel* channel) {
         }
     }
     if (err) {
-        call_void(real().destroy_event_channel, k);
+        call_void(real_rdmacm().destroy_event_channel, k);
         return err;
     }
     channel->kernel = k;
@@ -351,9 +303,9 @@ rdma_event_channel* probe_channel() {
     static auto* mutex = new std::mutex;
     static rdma_event_channel* channel = nullptr;
     std::lock_guard lock(*mutex);
-    if (!channel && real().create_event_channel) {
+    if (!channel && real_rdmacm().create_event_channel) {
         InsideReal inside;
-        channel = real().create_event_channel();
+        channel = real_rdmacm().create_event_channel();
     }
     return channel;
 }
@@ -363,15 +315,16 @@ rdma_event_channel* probe_channel() {
 bool kernel_device_address(const SockAddr& local, std::string* device) {
     rdma_event_channel* channel = probe_channel();
     rdma_cm_id* probe = nullptr;
-    if (!channel || call(real().create_id, channel, &probe, nullptr, RDMA_PS_TCP) != 0)
+    if (!channel || call(real_rdmacm().create_id, channel, &probe, nullptr, RDMA_PS_TCP) != 0)
         return false;
     SockAddr address = local;
     address.set_port(0);
-    const int err = call(real().bind_addr, probe, reinterpret_cast<sockaddr*>(&address.storage));
+    const int err =
+        call(real_rdmacm().bind_addr, probe, reinterpret_cast<sockaddr*>(&address.storage));
     const bool owned = err == 0 && probe->verbs && !usiw_device(probe->verbs->device);
     if (owned)
         *device = device_name(probe);
-    call(real().destroy_id, probe);
+    call(real_rdmacm().destroy_id, probe);
     return owned;
 }
 
@@ -392,25 +345,26 @@ int replay_options(CmId* c, rdma_cm_id* r) {
     int err = 0;
     if (!err && tos) {
         uint8_t value = *tos;
-        err = call(real().set_option, r, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &value, sizeof value);
+        err = call(real_rdmacm().set_option, r, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &value,
+                   sizeof value);
     }
     if (!err && reuseaddr) {
         int value = 1;
-        err = call(real().set_option, r, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &value,
+        err = call(real_rdmacm().set_option, r, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &value,
                    sizeof value);
     }
     if (!err && afonly) {
         int value = *afonly ? 1 : 0;
-        err =
-            call(real().set_option, r, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &value, sizeof value);
+        err = call(real_rdmacm().set_option, r, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &value,
+                   sizeof value);
     }
     if (!err && ack_timeout) {
         uint8_t value = *ack_timeout;
-        err = call(real().set_option, r, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &value,
+        err = call(real_rdmacm().set_option, r, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &value,
                    sizeof value);
     }
     if (!err && ece.vendor_id)
-        err = call(real().set_local_ece, r, &ece);
+        err = call(real_rdmacm().set_local_ece, r, &ece);
     return err;
 }
 
@@ -425,10 +379,10 @@ int adopt(CmId* c, const std::string& device) {
         channel = c->channel()->kernel;
     }
     rdma_cm_id* r = nullptr;
-    if (int err = call(real().create_id, channel, &r, static_cast<void*>(c), c->id.ps))
+    if (int err = call(real_rdmacm().create_id, channel, &r, static_cast<void*>(c), c->id.ps))
         return err;
     if (int err = replay_options(c, r)) {
-        call(real().destroy_id, r);
+        call(real_rdmacm().destroy_id, r);
         return err;
     }
     std::lock_guard lock(cm_mutex());
@@ -447,7 +401,7 @@ bool inside_real() {
 }
 
 bool available() {
-    if (!real().create_id)
+    if (!real_rdmacm().create_id)
         return false;
     using List = ibv_device** (*)(int*);
     using Free = void (*)(ibv_device**);
@@ -464,8 +418,7 @@ bool available() {
     return devices && count > 0;
 }
 
-int decide(CmId* c, const SockAddr& local, bool* claimed) {
-    *claimed = false;
+int decide(CmId* c, const SockAddr& local) {
     {
         std::lock_guard lock(cm_mutex());
         if (c->state != IdState::kIdle || c->kernel)
@@ -476,27 +429,33 @@ int decide(CmId* c, const SockAddr& local, bool* claimed) {
     std::string device;
     if (!kernel_device_address(local, &device))
         return 0;
-    if (int err = adopt(c, device))
-        return err;
-    *claimed = true;
-    return 0;
+    return adopt(c, device);
+}
+
+namespace {
+
+// --- the ops of a kernel-backed id (kernel_id_ops, at the end) ---
+
+void release(CmId* c) {
+    if (rdma_cm_id* r = std::exchange(c->kernel, nullptr))
+        call(real_rdmacm().destroy_id, r);
 }
 
 int bind_addr(CmId* c, const sockaddr* addr) {
-    return forward(c, real().bind_addr, const_cast<sockaddr*>(addr));
+    return forward(c, real_rdmacm().bind_addr, const_cast<sockaddr*>(addr));
 }
 
 int resolve_addr(CmId* c, const sockaddr* src, const sockaddr* dst, int timeout_ms) {
-    return forward(c, real().resolve_addr, const_cast<sockaddr*>(src), const_cast<sockaddr*>(dst),
-                   timeout_ms);
+    return forward(c, real_rdmacm().resolve_addr, const_cast<sockaddr*>(src),
+                   const_cast<sockaddr*>(dst), timeout_ms);
 }
 
 int resolve_route(CmId* c, int timeout_ms) {
-    return forward(c, real().resolve_route, timeout_ms);
+    return forward(c, real_rdmacm().resolve_route, timeout_ms);
 }
 
 int listen(CmId* c, int backlog) {
-    return forward(c, real().listen, backlog);
+    return forward(c, real_rdmacm().listen, backlog);
 }
 
 int connect(CmId* c, const rdma_conn_param* param) {
@@ -506,7 +465,7 @@ int connect(CmId* c, const rdma_conn_param* param) {
         prefix = c->connect_data;
     }
     if (prefix.empty())
-        return forward(c, real().connect, const_cast<rdma_conn_param*>(param));
+        return forward(c, real_rdmacm().connect, const_cast<rdma_conn_param*>(param));
     // rdma_addrinfo's ai_connect goes before the application's private data,
     // as the real librdmacm puts it (usiw kept it, not the real id).
     rdma_conn_param merged{};
@@ -523,7 +482,7 @@ int connect(CmId* c, const rdma_conn_param* param) {
         return EINVAL;
     merged.private_data = prefix.data();
     merged.private_data_len = static_cast<uint8_t>(prefix.size());
-    const int err = forward(c, real().connect, &merged);
+    const int err = forward(c, real_rdmacm().connect, &merged);
     if (!err) {
         std::lock_guard lock(cm_mutex());
         c->connect_data.clear();
@@ -532,94 +491,104 @@ int connect(CmId* c, const rdma_conn_param* param) {
 }
 
 int accept(CmId* c, const rdma_conn_param* param) {
-    return forward(c, real().accept, const_cast<rdma_conn_param*>(param));
+    return forward(c, real_rdmacm().accept, const_cast<rdma_conn_param*>(param));
 }
 
 int reject(CmId* c, const void* private_data, uint8_t private_data_len, bool ece) {
-    return forward(c, ece ? real().reject_ece : real().reject, private_data, private_data_len);
+    return forward(c, ece ? real_rdmacm().reject_ece : real_rdmacm().reject, private_data,
+                   private_data_len);
 }
 
 int disconnect(CmId* c) {
-    return forward(c, real().disconnect);
+    return forward(c, real_rdmacm().disconnect);
 }
 
 int establish(CmId* c) {
-    return forward(c, real().establish);
+    return forward(c, real_rdmacm().establish);
 }
 
 int notify(CmId* c, ibv_event_type event) {
-    return forward(c, real().notify, event);
+    return forward(c, real_rdmacm().notify, event);
 }
 
 int init_qp_attr(CmId* c, ibv_qp_attr* attr, int* mask) {
-    return forward(c, real().init_qp_attr, attr, mask);
+    return forward(c, real_rdmacm().init_qp_attr, attr, mask);
 }
 
 int set_option(CmId* c, int level, int optname, void* optval, size_t optlen) {
-    return forward(c, real().set_option, level, optname, optval, optlen);
+    return forward(c, real_rdmacm().set_option, level, optname, optval, optlen);
 }
 
 int set_local_ece(CmId* c, ibv_ece* ece) {
-    return forward(c, real().set_local_ece, ece);
+    return forward(c, real_rdmacm().set_local_ece, ece);
 }
 
 int get_remote_ece(CmId* c, ibv_ece* ece) {
-    return forward(c, real().get_remote_ece, ece);
+    return forward(c, real_rdmacm().get_remote_ece, ece);
 }
 
 int join_multicast(CmId* c, sockaddr* addr, void* context) {
-    return forward(c, real().join_multicast, addr, context);
+    return forward(c, real_rdmacm().join_multicast, addr, context);
 }
 
 int join_multicast_ex(CmId* c, rdma_cm_join_mc_attr_ex* attr, void* context) {
-    return forward(c, real().join_multicast_ex, attr, context);
+    return forward(c, real_rdmacm().join_multicast_ex, attr, context);
 }
 
 int leave_multicast(CmId* c, sockaddr* addr) {
-    return forward(c, real().leave_multicast, addr);
+    return forward(c, real_rdmacm().leave_multicast, addr);
 }
 
 int create_qp_ex(CmId* c, ibv_qp_init_attr_ex* attr) {
-    const int err = call(real().create_qp_ex, c->kernel, attr);
+    const int err = call(real_rdmacm().create_qp_ex, c->kernel, attr);
     adopt_cqs(c);
     finish(c);
     return err;
 }
 
 int create_qp(CmId* c, ibv_pd* pd, ibv_qp_init_attr* attr) {
-    const int err = call(real().create_qp, c->kernel, pd, attr);
+    const int err = call(real_rdmacm().create_qp, c->kernel, pd, attr);
     adopt_cqs(c);
     finish(c);
     return err;
 }
 
 void destroy_qp(CmId* c) {
-    call_void(real().destroy_qp, c->kernel);
+    call_void(real_rdmacm().destroy_qp, c->kernel);
     finish(c);
 }
 
 int create_srq_ex(CmId* c, ibv_srq_init_attr_ex* attr) {
-    const int err = call(real().create_srq_ex, c->kernel, attr);
+    const int err = call(real_rdmacm().create_srq_ex, c->kernel, attr);
     adopt_cqs(c);
     finish(c);
     return err;
 }
 
 int create_srq(CmId* c, ibv_pd* pd, ibv_srq_init_attr* attr) {
-    const int err = call(real().create_srq, c->kernel, pd, attr);
+    const int err = call(real_rdmacm().create_srq, c->kernel, pd, attr);
     adopt_cqs(c);
     finish(c);
     return err;
 }
 
 void destroy_srq(CmId* c) {
-    call_void(real().destroy_srq, c->kernel);
+    call_void(real_rdmacm().destroy_srq, c->kernel);
     finish(c);
 }
 
-int get_request(CmId* listener, CmId** out) {
+// Destroys a new id that get_request made but could not hand out.
+void discard(CmId* child) {
+    if (child->id.event)
+        event_ack(to_event(std::exchange(child->id.event, nullptr)));
+    release(child);
+    channel_destroy(child->channel());
+    delete child;
+}
+
+int get_request(CmId* listener, rdma_cm_id** out) {
     rdma_cm_id* fresh = nullptr;
-    const int err = call(real().get_request, listener->kernel, &fresh);
+    const int err = call(real_rdmacm().get_request, listener->kernel, &fresh);
     // On failure the real librdmacm leaves the event in the listener.
     finish(listener);
     if (err)
@@ -630,7 +599,7 @@ int get_request(CmId* listener, CmId** out) {
     EventChannel* own = child ? channel_create() : nullptr;
     if (!own) {
         delete child;
-        call(real().destroy_id, fresh);
+        call(real_rdmacm().destroy_id, fresh);
         return ENOMEM;
     }
     child->id.channel = &own->channel;
@@ -644,7 +613,13 @@ int get_request(CmId* listener, CmId** out) {
         std::lock_guard lock(cm_mutex());
         mirror(child);
     }
-    *out = child;
+    if (auto attr = endpoint_qp_attr(listener)) {
+        if (int qp_err = create_qp(child, listener->id.pd, &*attr)) {
+            discard(child);
+            return qp_err;
+        }
+    }
+    *out = &child->id;
     return 0;
 }
 
@@ -657,7 +632,7 @@ int migrate(CmId* c, EventChannel* target) {
     }
     // Every real event of the id was acked when it was taken, so the real
     // librdmacm does not wait here.
-    return call(real().migrate_id, c->kernel, k);
+    return call(real_rdmacm().migrate_id, c->kernel, k);
 }
 
 void set_pd(CmId* c, ibv_pd* pd) {
@@ -666,10 +641,11 @@ void set_pd(CmId* c, ibv_pd* pd) {
     c->id.pd = pd;
 }
 
-void destroy(CmId* c) {
-    if (rdma_cm_id* r = std::exchange(c->kernel, nullptr))
-        call(real().destroy_id, r);
+void close(CmId*) {
+    // Nothing of usiw's listens or connects for it: the real id does.
 }
+
+}  // namespace
 
 void close_channel(EventChannel* channel) {
     if (!channel->kernel)
@@ -677,17 +653,17 @@ void close_channel(EventChannel* channel) {
     KernelEvents* watch = std::exchange(channel->kernel_events, nullptr);
     Engine::get().unwatch(&watch->token, channel->kernel->fd);
     Engine::get().retire(watch);
-    call_void(real().destroy_event_channel, std::exchange(channel->kernel, nullptr));
+    call_void(real_rdmacm().destroy_event_channel, std::exchange(channel->kernel, nullptr));
 }
 
 ibv_context** get_devices(std::vector<ibv_context*>* out) {
-    if (!real().get_devices || !available())
+    if (!real_rdmacm().get_devices || !available())
         return nullptr;
     int count = 0;
     ibv_context** list = nullptr;
     {
         InsideReal inside;
-        list = real().get_devices(&count);
+        list = real_rdmacm().get_devices(&count);
     }
     if (!list)
         return nullptr;
@@ -700,7 +676,41 @@ ibv_context** get_devices(std::vector<ibv_context*>* out) {
 }
 
 void free_devices(ibv_context** real_list) {
-    call_void(real().free_devices, real_list);
+    call_void(real_rdmacm().free_devices, real_list);
 }
 
-}  // namespace usiw::cm::kernel
+}  // namespace kernel
+
+// Each forwards the call to the id's real id and mirrors what changed back.
+const IdOps kernel_id_ops = {
+    .accept = kernel::accept,
+    .bind_addr = kernel::bind_addr,
+    .close = kernel::close,
+    .connect = kernel::connect,
+    .create_qp = kernel::create_qp,
+    .create_qp_ex = kernel::create_qp_ex,
+    .create_srq = kernel::create_srq,
+    .create_srq_ex = kernel::create_srq_ex,
+    .destroy_qp = kernel::destroy_qp,
+    .destroy_srq = kernel::destroy_srq,
+    .disconnect = kernel::disconnect,
+    .establish = kernel::establish,
+    .get_remote_ece = kernel::get_remote_ece,
+    .get_request = kernel::get_request,
+    .init_qp_attr = kernel::init_qp_attr,
+    .join_multicast = kernel::join_multicast,
+    .join_multicast_ex = kernel::join_multicast_ex,
+    .leave_multicast = kernel::leave_multicast,
+    .listen = kernel::listen,
+    .migrate = kernel::migrate,
+    .notify = kernel::notify,
+    .reject = kernel::reject,
+    .release = kernel::release,
+    .resolve_addr = kernel::resolve_addr,
+    .resolve_route = kernel::resolve_route,
+    .set_local_ece = kernel::set_local_ece,
+    .set_option = kernel::set_option,
+    .set_pd = kernel::set_pd,
+};
+
+}  // namespace usiw::cm

@@ -6,9 +6,10 @@
 // hardware) and to no usiw device is nevertheless the kernel's business:
 // usiw's CM makes it *kernel-backed*. The id the application holds stays
 // usiw's CmId; it owns an id of the real librdmacm (CmId::kernel), every
-// later call on it is forwarded to that one, and the public fields the
-// application reads (verbs, pd, route, port_num, qp, srq, CQs and their
-// channels) are mirrored back after each call and each event.
+// later call on it is forwarded to that one (kernel_id_ops, id_ops.h), and
+// the public fields the application reads (verbs, pd, route, port_num, qp,
+// srq, CQs and their channels) are mirrored back after each call and each
+// event.
 //
 // When it is decided (decide()): once, while the id is idle, where the local
 // address first becomes known: rdma_bind_addr (the address), rdma_resolve_addr
@@ -39,7 +40,6 @@
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
 
-#include <cstdint>
 #include <vector>
 
 namespace usiw::cm {
@@ -58,49 +58,9 @@ bool inside_real();
 bool available();
 
 // Makes `c` kernel-backed if it is idle and `local` is a kernel RDMA
-// device's address (see above). Without the CM lock. 0 or an errno value;
-// *claimed says whether `c` is kernel-backed now.
-int decide(CmId* c, const SockAddr& local, bool* claimed);
-
-// Forwarders for a kernel-backed id (c->kernel set), without the CM lock:
-// each calls the real librdmacm and mirrors the id's fields; a synchronous
-// id then holds the real event translated in c->id.event.
-int bind_addr(CmId* c, const sockaddr* addr);
-int resolve_addr(CmId* c, const sockaddr* src, const sockaddr* dst, int timeout_ms);
-int resolve_route(CmId* c, int timeout_ms);
-int listen(CmId* c, int backlog);
-int connect(CmId* c, const rdma_conn_param* param);
-int accept(CmId* c, const rdma_conn_param* param);
-int reject(CmId* c, const void* private_data, uint8_t private_data_len, bool ece);
-int disconnect(CmId* c);
-int establish(CmId* c);
-int notify(CmId* c, ibv_event_type event);
-int init_qp_attr(CmId* c, ibv_qp_attr* attr, int* mask);
-int set_option(CmId* c, int level, int optname, void* optval, size_t optlen);
-int set_local_ece(CmId* c, ibv_ece* ece);
-int get_remote_ece(CmId* c, ibv_ece* ece);
-int join_multicast(CmId* c, sockaddr* addr, void* context);
-int join_multicast_ex(CmId* c, rdma_cm_join_mc_attr_ex* attr, void* context);
-int leave_multicast(CmId* c, sockaddr* addr);
-int create_qp_ex(CmId* c, ibv_qp_init_attr_ex* attr);
-int create_qp(CmId* c, ibv_pd* pd, ibv_qp_init_attr* attr);
-void destroy_qp(CmId* c);
-int create_srq_ex(CmId* c, ibv_srq_init_attr_ex* attr);
-int create_srq(CmId* c, ibv_pd* pd, ibv_srq_init_attr* attr);
-void destroy_srq(CmId* c);
-// rdma_get_request on a synchronous kernel-backed listener: the new id
-// wraps the real one, its CONNECT_REQUEST in (*child)->id.event.
-int get_request(CmId* listener, CmId** child);
-// rdma_migrate_id: moves the real id to `target`'s real channel (made if
-// need be), or makes it synchronous (target nullptr). CM lock held.
-int migrate(CmId* c, EventChannel* target);
-// Sets the default PD the id (and its real id) hands out (rdma_create_ep).
-void set_pd(CmId* c, ibv_pd* pd);
-
-// Destroys a kernel-backed id's real id (CM lock not needed: the real
-// librdmacm never waits for usiw here, every real event being acked when
-// taken).
-void destroy(CmId* c);
+// device's address (see above); from then on its calls go to
+// kernel_id_ops (id_ops.h). Without the CM lock. 0 or an errno value.
+int decide(CmId* c, const SockAddr& local);
 
 // Closes `channel`'s real channel, if it has one. CM lock held.
 void close_channel(EventChannel* channel);

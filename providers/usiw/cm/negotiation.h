@@ -22,10 +22,13 @@
 #include <cstdint>
 #include <span>
 
-#include "cm/knobs.h"
+#include "host/settings.h"
 #include "wire/mpa.h"
 
 namespace usiw::cm {
+
+// The USIW_MPA_* knobs of a device, as the settings registry reads them.
+using settings::MpaPolicy;
 
 // The application private data that fits: rdma_conn_param's 8-bit length,
 // and Linux siw's limit of 256 bytes of MPA private data, which counts the

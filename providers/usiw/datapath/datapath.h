@@ -1,47 +1,71 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
-// What the transmit path, the receive path and stream management share.
+// The functions the datapath's files share, by role (as siw.h lists
+// siw's), and the one post_send calls. What the layers above call lives in
+// attach.h (connection management; the verbs layer's QP state changes) and
+// progress.h (poll_cq, req_notify_cq); what every file calls below, in
+// completion.h. The state they share is struct Stream (stream.h).
 #pragma once
 
+#include <cstddef>
 #include <span>
-#include <vector>
 
-#include "datapath/stream_state.h"
+#include "datapath/attach.h"
+#include "verbs/objects.h"
+#include "wire/rdmap.h"
 
 namespace usiw {
 
-// Records a send-queue work request leaving the queue; returns its sequence
-// number for inflight_complete / inflight_fail.
-uint64_t inflight_push(Stream* s, const SendWqe& wqe);
-// Marks work requests done (successfully) and delivers every completion
-// that is now in order.
-void inflight_complete(Stream* s, std::span<const uint64_t> seqs, uint32_t byte_len = 0);
-// Completes one work request with an error status; the QP then enters ERR.
-void inflight_fail(Stream* s, uint64_t seq, ibv_wc_status status);
-// Gives a work request its error status without ending anything (the
-// caller ends the stream, which delivers it in order).
-void inflight_mark_failed(Stream* s, uint64_t seq, ibv_wc_status status);
-
-// Ends the stream: QP to ERR with everything flushed, socket shut down,
-// connection management told once. Safe to call from any datapath thread
-// and more than once.
-void stream_fail(Stream* s, StreamEnd why, int error);
-
-// A protocol or access violation found in what the peer sent: sends a
-// TERMINATE naming `cause` (with copies of the offending FPDU's headers, as
-// RFC 5040 asks for the error's layer), then ends the stream.
+// Transmit (tx.cc).
+// post_send queued work on `qp`: it goes out now, in the calling thread,
+// unless another thread is transmitting on the QP (direct sending).
+void transmit_posted(Qp* qp);
+// Transmits until there is nothing to send or the socket is full; `direct`
+// when called from the thread that posted the work (counter sends_direct),
+// not from the engine (sends_async).
+void stream_transmit(Stream* s, bool direct);
+// A protocol or access violation found in what the peer sent, or a local
+// error: sends a TERMINATE naming `cause` (with copies of the offending
+// FPDU's headers, wire::terminate_fields), raises the QP's async event and
+// ends the stream.
 void stream_terminate(Stream* s, const wire::TermCause& cause,
                       std::span<const std::byte> offending_header);
 
+// Receive (rx.cc).
+void stream_receive(Stream* s);
+// Takes the oldest receive WQE from an SRQ for an arriving message; false if
+// the SRQ is empty. Raises IBV_EVENT_SRQ_LIMIT_REACHED when armed and the
+// queue falls below the limit.
+bool srq_take(Srq* srq, RecvWqe* out);
+
 // Zero copy (zerocopy.cc): set up from USIW_ZCOPY / USIW_ZCOPY_MIN when a
 // stream is attached; collect the kernel's notifications and complete the
-// work they release; whether any batch still waits for one.
+// work they release (reap), or complete the waiting batches already
+// released without reading the error queue (release). Both return true if
+// the transmitter had paused on a full backlog and may resume now; the
+// caller resumes it unless it is the transmitter. Whether any batch still
+// waits for a notification.
 void stream_setup_zerocopy(Stream* s);
-void stream_reap_zerocopy(Stream* s);
-// Completes the waiting batches already released (no error-queue read).
-void stream_release_zerocopy(Stream* s);
+bool stream_reap_zerocopy(Stream* s);
+bool stream_release_zerocopy(Stream* s);
 bool stream_zerocopy_waiting(Stream* s);
 
-// Queues a whole TERMINATE FPDU; it goes out after the FPDU in progress.
-void stream_queue_terminate(Stream* s, std::vector<std::byte>&& fpdu);
+// A stream's end (stream_end.cc). stream_fail: the transmit or receive
+// path found the stream at its end (peer closed, socket error, TERMINATE
+// sent or received, orderly disconnect done): socket shut down, QP to ERR
+// with everything flushed, connection management told once. Safe to call
+// from any datapath thread and more than once.
+void stream_fail(Stream* s, StreamEnd why, int error);
+// The peer closed its end in order. With linger_after_peer_close and none
+// of our work outstanding, the stream only stops reading; else
+// stream_fail(kPeerClosed). Called with rx_mutex held.
+void stream_peer_closed(Stream* s);
+// Marks the stream ended, shuts its socket down (`how`) and flushes what is
+// in flight (stream_flush: with completions when `deliver`; a QP being
+// destroyed gets none). Returns false if it had already ended. Called with
+// the QP's state_mutex held.
+bool stream_end_locked(Stream* s, int how, bool deliver = true, bool keep_inbound_reads = false);
+// Tells the stream's observer (connection management), if any, that it
+// ended. Once per stream: after a stream_end_locked() that returned true.
+void stream_notify_end(Stream* s, StreamEnd why, int error);
 
 }  // namespace usiw

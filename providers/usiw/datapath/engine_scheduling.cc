@@ -39,33 +39,6 @@ bool BatchGovernor::after_round(bool found_work_left_to_engine, uint64_t run_del
     return true;
 }
 
-EngineSchedMode engine_sched_mode_from_environment() {
-    const char* v = std::getenv("USIW_ENGINE_SCHED");
-    if (!v || !*v || std::strcmp(v, "auto") == 0)
-        return EngineSchedMode::kAuto;
-    if (std::strcmp(v, "batch") == 0)
-        return EngineSchedMode::kBatch;
-    if (std::strcmp(v, "normal") == 0)
-        return EngineSchedMode::kNormal;
-    log_error("USIW_ENGINE_SCHED=%s is not one of auto, batch, normal: using auto", v);
-    return EngineSchedMode::kAuto;
-}
-
-uint64_t engine_late_ns_from_environment() {
-    const char* v = std::getenv("USIW_ENGINE_LATE_US");
-    if (!v || !*v)
-        return BatchGovernor::kLateNs;
-    char* end = nullptr;
-    errno = 0;
-    const unsigned long long us = std::strtoull(v, &end, 10);
-    if (errno != 0 || *end != '\0' || *v == '-' || us > UINT64_MAX / 1000) {
-        log_error("USIW_ENGINE_LATE_US=%s is not a number of microseconds: using %llu", v,
-                  static_cast<unsigned long long>(BatchGovernor::kLateNs / 1000));
-        return BatchGovernor::kLateNs;
-    }
-    return us * 1000;
-}
-
 EngineScheduling::EngineScheduling(EngineSchedMode mode, uint64_t late_ns) : governor_(late_ns) {
     if (mode == EngineSchedMode::kNormal)
         return;

@@ -31,6 +31,8 @@
 
 #include <cstdint>
 
+#include "host/settings.h"
+
 namespace usiw {
 
 // The engine's clock: CLOCK_MONOTONIC in nanoseconds.
@@ -45,7 +47,7 @@ class BatchGovernor {
   public:
     // A round that waited this long for a CPU was late (the default of
     // USIW_ENGINE_LATE_US)...
-    static constexpr uint64_t kLateNs = 250'000;
+    static constexpr uint64_t kLateNs = settings::kEngineLateDefaultNs;
     // ...and this many late rounds in a row mean SCHED_BATCH delays input.
     // (Under bulk input an odd round waits for a tick too; under
     // ib_write_lat nearly every one does.)
@@ -105,17 +107,16 @@ class ProgressLockWait {
     uint64_t since_ns_ = 0;  // when it found the lock taken first, poll after poll
 };
 
-// USIW_ENGINE_SCHED: auto (BatchGovernor decides; the default), batch
-// (always SCHED_BATCH), normal (always the default policy).
-enum class EngineSchedMode { kAuto, kBatch, kNormal };
-EngineSchedMode engine_sched_mode_from_environment();
+// USIW_ENGINE_SCHED (host/settings.h): auto (BatchGovernor decides; the
+// default), batch (always SCHED_BATCH), normal (always the default policy).
+using EngineSchedMode = settings::EngineSched;
 
-// USIW_ENGINE_LATE_US: how long a round of the engine's work may wait for a
-// CPU before it counts as late (BatchGovernor::kLateNs by default). 0 counts
-// every round left to the engine as late: the policy then switches after
-// kLateInARow such rounds whatever the machine's load, which is what the
-// test of the engine thread's scheduling uses.
-uint64_t engine_late_ns_from_environment();
+// USIW_ENGINE_LATE_US (host/settings.h, settings::engine_late_ns()): how
+// long a round of the engine's work may wait for a CPU before it counts as
+// late (BatchGovernor::kLateNs by default). 0 counts every round left to the
+// engine as late: the policy then switches after kLateInARow such rounds
+// whatever the machine's load, which is what the test of the engine thread's
+// scheduling uses.
 
 // The engine thread's side: applies the governor's decisions to the calling
 // thread. Create it in the engine thread. A thread that did not start under
@@ -128,7 +129,7 @@ class EngineScheduling {
     EngineScheduling& operator=(const EngineScheduling&) = delete;
 
     // After a round of the engine's work: whether it found any, and when an
-    // application thread last polled a CQ (engine_poll).
+    // application thread last polled a CQ (cq_progress).
     void after_round(bool found_work, uint64_t last_app_poll_ns);
     // Before the thread waits for a round, when it has run for something
     // else since the last one (its run delay since then is not a round's).

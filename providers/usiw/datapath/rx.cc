@@ -2,18 +2,21 @@
 // The receive path: the TCP byte stream is deframed into DDP segments,
 // each checked against the connection's state and the STag table before a
 // single byte is placed, then placed by tagged offset (Write, Read
-// Response) or message offset (Send) into its destination. Any violation
-// sends TERMINATE and ends the stream, leaving local memory untouched.
+// Response) or message offset (Send, into a receive taken from the QP's
+// receive queue or its SRQ) into its destination, and completed
+// (completion.cc). Any violation sends TERMINATE (tx.cc) and ends the
+// stream, leaving local memory untouched.
 #include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 
+#include "datapath/attach.h"
+#include "datapath/completion.h"
 #include "datapath/datapath.h"
-#include "datapath/engine.h"
+#include "datapath/stream.h"
 #include "verbs/log.h"
-#include "verbs/verbs.h"
 
 namespace usiw {
 
@@ -29,36 +32,6 @@ constexpr uint8_t kSmallRunEndsInPlace = 4;
 
 using wire::Opcode;
 namespace term = wire::term;
-
-wire::TermCause tagged_cause(StagError e) {
-    switch (e) {
-        case StagError::kInvalidStag:
-            return term::kTaggedInvalidStag;
-        case StagError::kWrongPd:
-            return term::kTaggedStagNotAssociated;
-        case StagError::kAccessRights:
-            return term::kAccessRights;  // DDP has no code for rights: RDMAP's
-        case StagError::kToWrap:
-            return term::kTaggedToWrap;
-        default:
-            return term::kTaggedBaseBounds;
-    }
-}
-
-wire::TermCause read_source_cause(StagError e) {
-    switch (e) {
-        case StagError::kInvalidStag:
-            return term::kInvalidStag;
-        case StagError::kWrongPd:
-            return term::kStagNotAssociated;
-        case StagError::kAccessRights:
-            return term::kAccessRights;
-        case StagError::kToWrap:
-            return term::kToWrap;
-        default:
-            return term::kBaseBounds;
-    }
-}
 
 // Copies `data` to byte `offset` of a scatter list.
 void scatter(const LocalSegment* segs, uint32_t count, uint64_t offset,
@@ -193,10 +166,11 @@ class Receiver {
         if (!(qp_->access_flags & IBV_ACCESS_REMOTE_WRITE))
             return fault(term::kAccessRights, "RDMA Write to a QP without remote write access");
         uintptr_t addr = 0;
-        const StagError e =
+        const wire::StagError e =
             s_->context->stags.check(h.stag, qp_->pd, h.to, size, IBV_ACCESS_REMOTE_WRITE, &addr);
-        if (e != StagError::kNone)
-            return fault(tagged_cause(e), stag_error_message(e));
+        if (e != wire::StagError::kNone)
+            return fault(wire::stag_error_cause(e, wire::StagUse::kTaggedSink),
+                         wire::stag_error_message(e));
         s_->rx_dest = Stream::RxDest::kContiguous;
         s_->rx_ptr = reinterpret_cast<std::byte*>(addr);
     }
@@ -234,25 +208,6 @@ class Receiver {
         return true;
     }
 
-    void complete_recv(ibv_wc_status status, uint32_t byte_len, unsigned flags, uint32_t inval,
-                       bool solicited) {
-        ibv_wc wc{};
-        wc.wr_id = s_->rx_wqe.wr_id;
-        wc.status = status;
-        wc.opcode = IBV_WC_RECV;
-        wc.byte_len = byte_len;
-        wc.qp_num = qp_->vqp.qp.qp_num;
-        wc.wc_flags = flags;
-        if (flags & IBV_WC_WITH_INV)
-            wc.invalidated_rkey = inval;
-        // The stream's end may have flushed the receive already.
-        std::lock_guard lock(s_->completion_mutex);
-        if (!s_->rx_have_wqe)
-            return;
-        s_->rx_have_wqe = false;
-        cq_push(qp_->recv_cq, wc, solicited);
-    }
-
     void on_send(const wire::SegmentHeader& h) {
         const size_t size = h.payload_size();
         if (s_->params.expect_send_rtr && !s_->rtr_seen) {
@@ -281,10 +236,10 @@ class Receiver {
             for (uint32_t i = 0; i < s_->rx_wqe.num_sge; ++i) {
                 const ibv_sge& sge = s_->rx_wqe.sge[i];
                 uintptr_t addr = 0;
-                if (sge.length > 0 &&
-                    s_->context->stags.check(sge.lkey, qp_->pd, sge.addr, sge.length,
-                                             IBV_ACCESS_LOCAL_WRITE, &addr) != StagError::kNone) {
-                    complete_recv(IBV_WC_LOC_PROT_ERR, 0, 0, 0, false);
+                if (sge.length > 0 && s_->context->stags.check(sge.lkey, qp_->pd, sge.addr,
+                                                               sge.length, IBV_ACCESS_LOCAL_WRITE,
+                                                               &addr) != wire::StagError::kNone) {
+                    complete_current_recv(s_, IBV_WC_LOC_PROT_ERR, 0, 0, 0, false);
                     return fault(term::kRdmapCatastrophic, "receive buffer fails its lkey check");
                 }
                 s_->rx_segments[i] = {reinterpret_cast<std::byte*>(addr), sge.length, sge.lkey};
@@ -292,7 +247,7 @@ class Receiver {
             }
         }
         if (uint64_t{h.mo} + size > s_->rx_capacity) {
-            complete_recv(IBV_WC_LOC_LEN_ERR, 0, 0, 0, false);
+            complete_current_recv(s_, IBV_WC_LOC_LEN_ERR, 0, 0, 0, false);
             return fault(term::kUntaggedTooLong, "Send longer than the posted receive");
         }
         s_->rx_dest = Stream::RxDest::kSegments;
@@ -309,10 +264,11 @@ class Receiver {
             if (!(qp_->access_flags & IBV_ACCESS_REMOTE_READ))
                 return fault(term::kAccessRights, "RDMA Read from a QP without remote read access");
             uintptr_t addr = 0;
-            const StagError e = s_->context->stags.check(
+            const wire::StagError e = s_->context->stags.check(
                 r.source_stag, qp_->pd, r.source_to, r.read_size, IBV_ACCESS_REMOTE_READ, &addr);
-            if (e != StagError::kNone)
-                return fault(read_source_cause(e), stag_error_message(e));
+            if (e != wire::StagError::kNone)
+                return fault(wire::stag_error_cause(e, wire::StagUse::kReadSource),
+                             wire::stag_error_message(e));
             source = reinterpret_cast<const std::byte*>(addr);
         }
         bool over_ird = false;
@@ -400,17 +356,17 @@ class Receiver {
         const bool invalidate =
             h.opcode == Opcode::kSendInvalidate || h.opcode == Opcode::kSendSeInvalidate;
         if (invalidate) {
-            const StagError e = s_->context->stags.invalidate(h.inval_stag, qp_->pd);
-            if (e != StagError::kNone) {
-                complete_recv(IBV_WC_REM_INV_REQ_ERR, 0, 0, 0, false);
-                return fault(term::kCannotInvalidate, stag_error_message(e));
+            const wire::StagError e = s_->context->stags.invalidate(h.inval_stag, qp_->pd);
+            if (e != wire::StagError::kNone) {
+                complete_current_recv(s_, IBV_WC_REM_INV_REQ_ERR, 0, 0, 0, false);
+                return fault(term::kCannotInvalidate, wire::stag_error_message(e));
             }
             flags |= IBV_WC_WITH_INV;
         }
         ++s_->recv_msn;
         const bool solicited = h.opcode == Opcode::kSendSe || h.opcode == Opcode::kSendSeInvalidate;
-        complete_recv(IBV_WC_SUCCESS, static_cast<uint32_t>(h.mo + h.payload_size()), flags,
-                      h.inval_stag, solicited);
+        complete_current_recv(s_, IBV_WC_SUCCESS, static_cast<uint32_t>(h.mo + h.payload_size()),
+                              flags, h.inval_stag, solicited);
     }
 
     void terminate_received(const wire::SegmentHeader& h) {
@@ -423,10 +379,7 @@ class Receiver {
                   cause ? cause : "undefined cause", decoded ? "" : " (payload not decodable)");
         // A READ still waiting for its response is the request the peer
         // refused: it completes with the remote error, not as flushed.
-        const wire::TermCause& c = h.terminate.cause;
-        const bool remote_access =
-            (c.layer == wire::TermLayer::kRdmap && c.etype == term::kRdmapRemoteProtection) ||
-            (c.layer == wire::TermLayer::kDdp && c.etype == term::kDdpTaggedBuffer);
+        const bool remote_access = wire::term_cause_is_protection(h.terminate.cause);
         // The READ at fault is the one whose Read Request the TERMINATE
         // copies back (R flag); without that copy, the oldest outstanding
         // one; none when the copied DDP header shows another message (a
@@ -449,8 +402,7 @@ class Receiver {
         if (failed_read != UINT64_MAX)
             inflight_mark_failed(s_, failed_read,
                                  remote_access ? IBV_WC_REM_ACCESS_ERR : IBV_WC_REM_OP_ERR);
-        s_->context->post_async_event(reinterpret_cast<uintptr_t>(&qp_->vqp.qp),
-                                      IBV_EVENT_QP_FATAL);
+        post_qp_event(qp_, IBV_EVENT_QP_FATAL);
         stream_fail(s_, StreamEnd::kTerminateReceived, ECONNABORTED);
     }
 
@@ -462,6 +414,16 @@ class Receiver {
 void receive_locked(Stream* s) {
     if (s->dead.load() || s->ended.load())
         return;
+    if (s->peer_closed.load()) {
+        // Nothing more comes; only an error wakes us now (the engine
+        // watches for nothing else): a reset, when what we sent reached a
+        // peer that is gone.
+        int error = 0;
+        socklen_t len = sizeof error;
+        if (getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &error, &len) == 0 && error != 0)
+            stream_fail(s, StreamEnd::kPeerReset, error);
+        return;
+    }
     Receiver receiver(s);
     if (!s->params.received.empty()) {
         // Bytes that arrived with the MPA frame belong to the FPDU stream.
@@ -525,7 +487,7 @@ void receive_locked(Stream* s) {
             }
         }
         if (n == 0) {
-            stream_fail(s, StreamEnd::kPeerClosed, 0);
+            stream_peer_closed(s);
             break;
         }
         if (errno == EINTR)
@@ -543,6 +505,22 @@ void receive_locked(Stream* s) {
 void stream_receive(Stream* s) {
     std::lock_guard lock(s->rx_mutex);
     receive_locked(s);
+}
+
+bool srq_take(Srq* srq, RecvWqe* out) {
+    std::lock_guard lock(srq->mutex);
+    if (srq->queue.empty())
+        return false;
+    *out = srq->queue.front();
+    srq->queue.pop();
+    // The limit event fires when taking a WQE leaves fewer than the armed
+    // limit, and disarms it until the application arms it again (as rxe and
+    // hardware do: arming alone never fires).
+    if (srq->limit != 0 && srq->queue.size() < srq->limit) {
+        srq->limit = 0;
+        post_srq_event(srq, IBV_EVENT_SRQ_LIMIT_REACHED);
+    }
+    return true;
 }
 
 }  // namespace usiw

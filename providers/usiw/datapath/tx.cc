@@ -1,17 +1,19 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The transmit path: send-queue work requests, Read Responses and TERMINATE
-// become FPDUs, batched into one sendmsg() each, straight from the
-// application's registered memory (the iovec points at it; nothing is
-// copied but inline data).
+// become FPDUs (segmented and framed by wire/), batched into one sendmsg()
+// each, straight from the application's registered memory (the iovec
+// points at it; nothing is copied but inline data). Work that has gone out
+// completes through completion.cc.
 //
 // Direct sending, asynchronous fallback (founding technique 2): post_send
-// calls stream_transmit(direct = true), which transmits in the caller's
-// thread when no other thread is transmitting and the socket has room. A
-// short write keeps the exact resume point (batch, iovec, offset) and asks
-// the progress engine for a writable notification; the engine then resumes
-// with direct = false. Bytes are never lost or reordered: only the holder of
-// tx_mutex writes to the socket, and it always finishes the current batch
-// before building the next.
+// calls transmit_posted(), and so stream_transmit(direct = true), which
+// transmits in the caller's thread when no other thread is transmitting
+// and the socket has room. A short write keeps the exact resume point
+// (batch, iovec, offset) and asks the progress engine for a writable
+// notification; the engine then resumes with direct = false. Bytes are
+// never lost or reordered: only the holder of tx_mutex writes to the
+// socket, and it always finishes the current batch before building the
+// next.
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -19,8 +21,11 @@
 #include <climits>
 #include <cstring>
 
+#include "datapath/attach.h"
+#include "datapath/completion.h"
 #include "datapath/datapath.h"
-#include "datapath/engine.h"
+#include "datapath/progress.h"
+#include "datapath/stream.h"
 #include "verbs/log.h"
 
 namespace usiw {
@@ -69,12 +74,14 @@ bool add_read_response(Stream* s, bool* finished = nullptr) {
             return false;
         r = s->irq.front();
     }
-    wire::SegmentHeader h;
-    h.opcode = wire::Opcode::kReadResponse;
-    h.stag = r.sink_stag;
-    h.to = r.sink_to + r.sent;
-    const size_t size = std::min<size_t>(r.size - r.sent, max_payload(s, wire::kTaggedHeaderSize));
-    h.last = r.sent + size == r.size;
+    wire::SegmentHeader first;
+    first.opcode = wire::Opcode::kReadResponse;
+    first.stag = r.sink_stag;
+    first.to = r.sink_to;
+    const wire::MessageSegmenter segments(first, r.size, max_payload(s, first.header_size()),
+                                          r.sent);
+    size_t size = 0;
+    const wire::SegmentHeader h = segments.peek(&size);
     iovec source{const_cast<std::byte*>(r.source) + r.sent, size};
     wire::PayloadCursor cursor{{&source, 1}};
     if (!add_fpdu(s, h, cursor, size))
@@ -104,7 +111,7 @@ bool resolve_sges(Stream* s, const SendWqe& w, unsigned access, LocalSegment* ou
         uintptr_t addr = 0;
         const ibv_sge& sge = w.sge[i];
         if (s->context->stags.check(sge.lkey, s->qp->pd, sge.addr, sge.length, access, &addr) !=
-            StagError::kNone)
+            wire::StagError::kNone)
             return false;
         out[i] = {reinterpret_cast<std::byte*>(addr), sge.length, sge.lkey};
     }
@@ -155,6 +162,27 @@ bool start_read(Stream* s, const SendWqe& w, uint64_t seq) {
     return true;
 }
 
+// Records a work request leaving the send queue: it completes in posting
+// order (completion.cc: inflight_complete). Returns its sequence number.
+uint64_t record_inflight(Stream* s, const SendWqe& wqe) {
+    InflightWqe w;
+    w.wr_id = wqe.wr_id;
+    w.opcode = wqe.opcode;
+    w.signaled = s->qp->sq_sig_all || (wqe.send_flags & IBV_SEND_SIGNALED);
+    std::lock_guard lock(s->completion_mutex);
+    s->inflight.push_back(w);
+    return s->inflight_base + s->inflight.size() - 1;
+}
+
+// A work request failed before it reached the wire (its memory fails the
+// checks): it completes with `status`, and as a local error breaks the
+// connection, the peer learns why.
+void fail_wqe(Stream* s, uint64_t seq, ibv_wc_status status) {
+    inflight_mark_failed(s, seq, status);
+    log_debug("QP %u: local error %s", s->qp->vqp.qp.qp_num, ibv_wc_status_str(status));
+    stream_terminate(s, wire::term::kRdmapCatastrophic, {});
+}
+
 // Takes the next send-queue work request, if it may start now (fence and
 // ORD), and frames its first segments.
 enum class Start { kStarted, kNothing, kBlocked };
@@ -179,27 +207,26 @@ Start start_next_wqe(Stream* s, bool direct) {
     }
     count(direct ? s->context->device->stats->sends_direct
                  : s->context->device->stats->sends_async);
-    const uint64_t seq = inflight_push(s, w);
+    const uint64_t seq = record_inflight(s, w);
 
     if (w.opcode == IBV_WR_RDMA_READ) {
         if (!start_read(s, w, seq))
-            inflight_fail(s, seq, IBV_WC_LOC_PROT_ERR);
+            fail_wqe(s, seq, IBV_WC_LOC_PROT_ERR);
         return Start::kStarted;
     }
 
     TxMessage& m = s->message;
     m = TxMessage{};
     m.inflight_seq = seq;
-    m.size = message_size(w);
     if (w.send_flags & IBV_SEND_INLINE) {
-        s->batch->has_inline = true;
+        m.is_inline = true;
         std::memcpy(m.inline_copy.data(), w.inline_data, w.inline_length);
         m.source[0] = {m.inline_copy.data(), w.inline_length};
         m.source_count = 1;
     } else {
         LocalSegment segs[kMaxSendSge];
         if (!resolve_sges(s, w, kAccessLocalRead, segs)) {
-            inflight_fail(s, seq, IBV_WC_LOC_PROT_ERR);
+            fail_wqe(s, seq, IBV_WC_LOC_PROT_ERR);
             return Start::kStarted;
         }
         for (uint32_t i = 0; i < w.num_sge; ++i)
@@ -208,7 +235,7 @@ Start start_next_wqe(Stream* s, bool direct) {
     }
     m.cursor = wire::PayloadCursor{{m.source.data(), m.source_count}};
 
-    wire::SegmentHeader& h = m.first;
+    wire::SegmentHeader h;
     if (w.opcode == IBV_WR_RDMA_WRITE) {
         h.opcode = wire::Opcode::kRdmaWrite;
         h.stag = w.rkey;
@@ -221,6 +248,7 @@ Start start_next_wqe(Stream* s, bool direct) {
         h.inval_stag = w.invalidate_rkey;
         h.msn = s->send_msn++;
     }
+    m.segments = wire::MessageSegmenter(h, message_size(w), max_payload(s, h.header_size()));
     m.active = true;
     return Start::kStarted;
 }
@@ -228,16 +256,13 @@ Start start_next_wqe(Stream* s, bool direct) {
 // Frames the current message's next segment.
 bool add_message_segment(Stream* s) {
     TxMessage& m = s->message;
-    wire::SegmentHeader h = m.first;
-    const size_t size = std::min(m.size - m.sent, max_payload(s, h.header_size()));
-    if (h.tagged())
-        h.to += m.sent;
-    else
-        h.mo = static_cast<uint32_t>(m.sent);
-    h.last = m.sent + size == m.size;
+    size_t size = 0;
+    const wire::SegmentHeader h = m.segments.peek(&size);
     if (!add_fpdu(s, h, m.cursor, size))
         return false;
-    m.sent += size;
+    m.segments.take(size);
+    if (m.is_inline)
+        s->batch->has_inline = true;
     if (h.last) {
         s->batch->completes.push_back(m.inflight_seq);
         m.active = false;
@@ -284,7 +309,7 @@ void fill_batch(Stream* s, bool direct) {
         return;
     while (batch_has_room(s)) {
         const TxMessage& m = s->message;
-        const bool write_midway = m.active && m.first.tagged() && m.sent > 0;
+        const bool write_midway = m.active && m.segments.first().tagged() && m.segments.sent() > 0;
         bool sq_waiting;
         {
             std::lock_guard lock(s->qp->sq_mutex);
@@ -307,7 +332,9 @@ void fill_batch(Stream* s, bool direct) {
                 return;
             continue;
         }
-        if (start_next_wqe(s, direct) != Start::kStarted) {
+        // Starting the next message would overwrite the inline payload
+        // (s->message.inline_copy) this batch still has to write.
+        if (s->batch->has_inline || start_next_wqe(s, direct) != Start::kStarted) {
             // Blocked on fence or ORD, or empty: read responses may still go.
             if (!add_read_response(s))
                 return;
@@ -402,7 +429,8 @@ void finish_batch(Stream* s) {
     s->batch = std::move(next);
     lock.unlock();
     // A batch that waits only for calls the kernel already released (no
-    // notification will come for it) completes now.
+    // notification will come for it) completes now. (Whether transmission
+    // may resume does not matter here: this is the transmitter.)
     stream_release_zerocopy(s);
 }
 
@@ -487,6 +515,18 @@ void transmit_locked(Stream* s, bool direct) {
     }
 }
 
+// Queues a whole TERMINATE FPDU; it goes out after the FPDU in progress.
+void queue_terminate(Stream* s, std::vector<std::byte>&& fpdu) {
+    {
+        std::lock_guard lock(s->terminate_mutex);
+        if (s->terminate_queued)
+            return;
+        s->terminate_fpdu = std::move(fpdu);
+        s->terminate_queued = true;
+    }
+    stream_transmit(s, false);
+}
+
 }  // namespace
 
 void stream_transmit(Stream* s, bool direct) {
@@ -506,15 +546,47 @@ void stream_transmit(Stream* s, bool direct) {
     }
 }
 
-void stream_queue_terminate(Stream* s, std::vector<std::byte>&& fpdu) {
-    {
-        std::lock_guard lock(s->terminate_mutex);
-        if (s->terminate_queued)
-            return;
-        s->terminate_fpdu = std::move(fpdu);
-        s->terminate_queued = true;
+void transmit_posted(Qp* qp) {
+    // The application owns the QP for the duration of post_send, so the
+    // stream cannot be destroyed under us.
+    Stream* s = qp->stream.load();
+    if (!s || s->dead.load())
+        return;
+    // Work for a peer that is gone: as on InfiniBand, where it would find no
+    // QP there, the QP goes to ERR.
+    if (s->peer_closed.load())
+        return stream_fail(s, StreamEnd::kPeerClosed, 0);
+    stream_transmit(s, true);
+}
+
+void stream_terminate(Stream* s, const wire::TermCause& cause,
+                      std::span<const std::byte> offending) {
+    const wire::TerminateFields f = wire::terminate_fields(cause, offending);
+    std::byte payload[wire::kMaxTerminatePayload];
+    const size_t payload_size = wire::encode_terminate_payload(f, offending, payload);
+    wire::SegmentHeader h;
+    h.opcode = wire::Opcode::kTerminate;
+    h.msn = 1;
+    h.terminate = f;
+    iovec source{payload, payload_size};
+    wire::PayloadCursor cursor{{&source, 1}};
+    wire::FpduFramer framer;
+    iovec iov[wire::FpduFramer::iov_count(1)];
+    const size_t n =
+        framer.frame(h, cursor, payload_size, s->params.crc, iov, s->params.terminate_layout);
+    std::vector<std::byte> fpdu;
+    fpdu.reserve(framer.wire_size());
+    for (size_t i = 0; i < n; ++i) {
+        auto* p = static_cast<const std::byte*>(iov[i].iov_base);
+        fpdu.insert(fpdu.end(), p, p + iov[i].iov_len);
     }
-    stream_transmit(s, false);
+    count(s->context->device->stats->terminates_sent);
+    // A request that broke memory protection is the responder's "local
+    // access violation" (IBV_EVENT_QP_ACCESS_ERR); anything else is fatal.
+    post_qp_event(s->qp, wire::term_cause_is_protection(cause) ? IBV_EVENT_QP_ACCESS_ERR
+                                                               : IBV_EVENT_QP_FATAL);
+    stream_fail(s, StreamEnd::kTerminateSent, ECONNABORTED);
+    queue_terminate(s, std::move(fpdu));
 }
 
 }  // namespace usiw

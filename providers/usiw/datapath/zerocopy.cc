@@ -23,42 +23,17 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 
+#include "datapath/completion.h"
 #include "datapath/datapath.h"
-#include "datapath/engine.h"
+#include "datapath/stream.h"
+#include "host/settings.h"
 #include "verbs/log.h"
 
 namespace usiw {
 
 namespace {
-
-ZeroCopy mode_from_environment() {
-    const char* v = std::getenv("USIW_ZCOPY");
-    if (!v || !*v || std::strcmp(v, "auto") == 0)
-        return ZeroCopy::kAuto;
-    if (std::strcmp(v, "always") == 0 || std::strcmp(v, "1") == 0)
-        return ZeroCopy::kAlways;
-    if (std::strcmp(v, "never") == 0 || std::strcmp(v, "0") == 0)
-        return ZeroCopy::kNever;
-    log_error("USIW_ZCOPY=%s is not one of never, auto, always: using auto", v);
-    return ZeroCopy::kAuto;
-}
-
-size_t min_bytes_from_environment() {
-    const char* v = std::getenv("USIW_ZCOPY_MIN");
-    if (!v || !*v)
-        return kZeroCopyDefaultMinBytes;
-    char* end = nullptr;
-    const unsigned long long n = std::strtoull(v, &end, 0);
-    if (*end != '\0') {
-        log_error("USIW_ZCOPY_MIN=%s is not a number of bytes: using %zu", v,
-                  kZeroCopyDefaultMinBytes);
-        return kZeroCopyDefaultMinBytes;
-    }
-    return static_cast<size_t>(n);
-}
 
 // True if call number `a` comes before `b` (the counter wraps at 2^32).
 bool before(uint32_t a, uint32_t b) {
@@ -105,8 +80,8 @@ bool take_released(Stream* s, std::vector<std::vector<uint64_t>>* finished) {
 }  // namespace
 
 void stream_setup_zerocopy(Stream* s) {
-    s->zc_mode = mode_from_environment();
-    s->zc_min_bytes = min_bytes_from_environment();
+    s->zc_mode = settings::zero_copy();
+    s->zc_min_bytes = settings::zero_copy_min_bytes();
     if (s->zc_mode == ZeroCopy::kNever)
         return;
     const int one = 1;
@@ -117,13 +92,13 @@ void stream_setup_zerocopy(Stream* s) {
     s->zc_enabled.store(true);
 }
 
-void stream_reap_zerocopy(Stream* s) {
+bool stream_reap_zerocopy(Stream* s) {
     std::vector<std::vector<uint64_t>> finished;
     bool resume = false;
     {
         std::unique_lock lock(s->zc_mutex, std::try_to_lock);
         if (!lock)
-            return;  // another thread is reaping
+            return false;  // another thread is reaping
         for (;;) {
             char control[CMSG_SPACE(sizeof(sock_extended_err) + sizeof(sockaddr_in6))];
             msghdr msg{};
@@ -153,11 +128,10 @@ void stream_reap_zerocopy(Stream* s) {
     }
     for (const std::vector<uint64_t>& seqs : finished)
         inflight_complete(s, seqs);
-    if (resume)
-        stream_transmit(s, false);
+    return resume;
 }
 
-void stream_release_zerocopy(Stream* s) {
+bool stream_release_zerocopy(Stream* s) {
     std::vector<std::vector<uint64_t>> finished;
     bool resume = false;
     {
@@ -166,8 +140,7 @@ void stream_release_zerocopy(Stream* s) {
     }
     for (const std::vector<uint64_t>& seqs : finished)
         inflight_complete(s, seqs);
-    if (resume)
-        stream_transmit(s, false);
+    return resume;
 }
 
 bool stream_zerocopy_waiting(Stream* s) {

@@ -10,6 +10,7 @@
 #include <dlfcn.h>
 #include <endian.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -19,7 +20,8 @@
 #include <cstring>
 #include <new>
 
-#include "glue/provider.h"
+#include "verbs/device_registry.h"
+#include "verbs/log.h"
 #include "verbs/verbs.h"
 
 // Declared in rdma-core's driver.h, which Debian does not install.
@@ -88,6 +90,24 @@ int fill_gid_entry(Device* d, uint32_t port_num, uint32_t index, ibv_gid_entry* 
     std::lock_guard lock(d->mutex);
     entry->ndev_ifindex = static_cast<uint32_t>(d->info.ifindex);
     return 0;
+}
+
+// Whether `fd` is the command fd of an open usiw context (verbs/context.cc
+// makes it: a pipe's read end).
+bool is_usiw_command_fd(int fd) {
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode))
+        return false;
+    for (Device* d : usiw_devices()) {
+        std::lock_guard lock(d->mutex);
+        for (Context* ctx : d->open_contexts) {
+            struct stat own;
+            if (fstat(ctx->ibv()->cmd_fd, &own) == 0 && own.st_dev == st.st_dev &&
+                own.st_ino == st.st_ino)
+                return true;
+        }
+    }
+    return false;
 }
 
 }  // namespace
@@ -249,6 +269,21 @@ int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, size_t siz
     using Fn = int (*)(const char*, const char*, char*, size_t);
     static const Fn next = real<Fn>("ibv_read_sysfs_file", "IBVERBS_1.0");
     return next(dir, file, buf, size);
+}
+
+// Importing a context shares its objects through the kernel's uverbs file
+// (another process may hold the fd), which a usiw device does not have:
+// the objects live in this process's memory. Refused with EOPNOTSUPP, as
+// libibverbs refuses a provider without import_context.
+ibv_context* ibv_import_device(int cmd_fd) {
+    if (is_usiw_command_fd(cmd_fd)) {
+        log_debug("ibv_import_device: a usiw context cannot be imported (no kernel object)");
+        errno = EOPNOTSUPP;
+        return nullptr;
+    }
+    using Fn = ibv_context* (*)(int);
+    static const Fn next = real<Fn>("ibv_import_device", "IBVERBS_1.10");
+    return next(cmd_fd);
 }
 
 ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {

@@ -1,22 +1,24 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The provider as rdma-core sees it: the driver registered with libibverbs'
-// own loader, and the usiw devices it serves.
+// own loader, and how the usiw devices are found (the link configuration;
+// verbs/device_registry.h keeps them).
 //
 // With stock rdma-core and no kernel support, libibverbs never enumerates a
 // usiw device by itself (it lists kernel devices only), so the devices are
 // listed by interposition (interpose.cc) and opened here with cmd_fd == -1.
 // The registration is what lets a kernel-backed usiw device (the optional
 // shim) be matched by libibverbs in the ordinary way.
-#include "glue/provider.h"
-
 #include <infiniband/ib_user_ioctl_verbs.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <vector>
 
+#include "cm/rendezvous.h"
 #include "host/link_config.h"
+#include "verbs/device_registry.h"
 #include "verbs/log.h"
+#include "verbs/rdma_core_abi.h"
 #include "verbs/verbs.h"
 
 namespace usiw {
@@ -39,6 +41,22 @@ void uninit_device(verbs_device*) {
 
 const verbs_match_ent kMatchTable[] = {{}};  // sentinel only
 
+const verbs_device_ops& device_ops() {
+    static const verbs_device_ops ops = {
+        .name = "usiw",
+        .match_min_abi_version = 0,
+        .match_max_abi_version = INT32_MAX,
+        .match_table = kMatchTable,
+        .static_providers = nullptr,
+        .match_device = nullptr,
+        .alloc_context = alloc_context,
+        .import_context = nullptr,
+        .alloc_device = alloc_device,
+        .uninit_device = uninit_device,
+    };
+    return ops;
+}
+
 Device* make_device(const LinkSpec& link, int index) {
     auto* d = new Device;
     d->name = link.name;
@@ -60,7 +78,10 @@ Device* make_device(const LinkSpec& link, int index) {
     return d;
 }
 
-std::vector<Device*> build_devices() {
+// The device discovery of the kernel-less mode: one device for each link
+// of the link configuration, added to the core's device list when it is
+// first read.
+void discover_devices() {
     std::string error;
     const std::vector<LinkSpec> links = effective_links(&error);
     if (!error.empty())
@@ -68,44 +89,16 @@ std::vector<Device*> build_devices() {
     std::vector<Device*> devices;
     for (const LinkSpec& link : links)
         devices.push_back(make_device(link, static_cast<int>(devices.size())));
-    return devices;
+    add_devices(devices);
 }
 
 __attribute__((constructor)) void register_driver() {
+    set_device_discovery(discover_devices);
     verbs_register_driver_34(&device_ops());
+    // QPs connected by ibv_modify_qp get their streams from connection
+    // management's rendezvous.
+    install_qp_connector(&cm::rendezvous_connector());
 }
 
 }  // namespace
-
-const verbs_device_ops& device_ops() {
-    static const verbs_device_ops ops = {
-        .name = "usiw",
-        .match_min_abi_version = 0,
-        .match_max_abi_version = INT32_MAX,
-        .match_table = kMatchTable,
-        .static_providers = nullptr,
-        .match_device = nullptr,
-        .alloc_context = alloc_context,
-        .import_context = nullptr,
-        .alloc_device = alloc_device,
-        .uninit_device = uninit_device,
-    };
-    return ops;
-}
-
-std::span<Device* const> usiw_devices() {
-    // Never destroyed: devices outlive every exit-time destructor and stay
-    // reachable for leak checkers.
-    static const auto* devices = new std::vector<Device*>(build_devices());
-    return *devices;
-}
-
-Device* usiw_device(const ibv_device* device) {
-    if (!device)
-        return nullptr;
-    const auto* vdev = reinterpret_cast<const verbs_device*>(device);
-    return vdev->ops == &device_ops() ? const_cast<Device*>(reinterpret_cast<const Device*>(vdev))
-                                      : nullptr;
-}
-
 }  // namespace usiw

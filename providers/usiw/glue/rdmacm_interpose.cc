@@ -15,8 +15,9 @@
 // same event channel (cm/kernel.h; Documentation/cm.md, "Kernel devices
 // beside usiw's"). So one process under `usiw run` can hold connections on
 // both kinds of device. When the process has no usiw devices, every call
-// goes straight to the real librdmacm (dlvsym(RTLD_NEXT, name, version)),
-// so preloading usiw changes nothing there.
+// goes straight to the real librdmacm (cm/real_rdmacm.h: dlvsym(RTLD_NEXT,
+// name, version)), so preloading usiw changes nothing there; each entry
+// point says so in one line, `if (direct()) return pass_through<...>(...)`.
 //
 // The real librdmacm calls its own exported functions (rdma_create_id,
 // rdma_get_cm_event, rdma_init_qp_attr, ...) through the PLT, so the
@@ -28,27 +29,40 @@
 // ENOMEM (or EIO) in librdmacm's -1/errno convention. Only a thread's
 // cancellation (a forced unwind, not an error) passes through.
 #include <cxxabi.h>
-#include <dlfcn.h>
 
 #include <cerrno>
 #include <new>
+#include <type_traits>
 
 #include "cm/cm.h"
 #include "cm/kernel.h"
+#include "cm/real_rdmacm.h"
 
 namespace {
 
-template <typename Fn>
-Fn real(const char* name, const char* version) {
-    return reinterpret_cast<Fn>(dlvsym(RTLD_NEXT, name, version));
-}
+namespace cm = usiw::cm;
+using cm::RealRdmacm;
 
-// The real librdmacm's `name`, bound once.
-#define USIW_NEXT(name, version) static const auto next = real<decltype(&name)>(#name, version)
-
-int missing() {
-    errno = ENOSYS;  // the program did not load librdmacm itself
-    return -1;
+// Passes a call on to the real librdmacm's entry point `Entry` as it is.
+// Where the program did not load librdmacm itself, the call fails as a
+// missing function would: -1 or nullptr with ENOSYS (a port: 0).
+template <auto Entry, typename... Args>
+auto pass_through(Args... args) {
+    const auto real = cm::real_rdmacm().*Entry;
+    using Result = decltype(real(args...));
+    if (real)
+        return real(args...);
+    if constexpr (std::is_void_v<Result>) {
+        return;
+    } else if constexpr (std::is_same_v<Result, int>) {
+        errno = ENOSYS;
+        return -1;
+    } else if constexpr (std::is_pointer_v<Result>) {
+        errno = ENOSYS;
+        return Result{};
+    } else {
+        return Result{};
+    }
 }
 
 // Runs an errno-returning CM call in librdmacm's convention.
@@ -104,8 +118,6 @@ void guarded_void_id(const rdma_cm_id* id, Call&& call) {
         guarded_void(std::forward<Call>(call));
 }
 
-namespace cm = usiw::cm;
-
 // Straight to the real librdmacm: the call comes from inside it, or the
 // process has no usiw devices.
 bool direct() {
@@ -117,30 +129,22 @@ bool direct() {
 extern "C" {
 
 rdma_event_channel* rdma_create_event_channel(void) {
-    if (direct()) {
-        USIW_NEXT(rdma_create_event_channel, "RDMACM_1.0");
-        return next ? next() : (missing(), nullptr);
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::create_event_channel>();
     rdma_event_channel* channel = nullptr;
     return guarded([&] { return cm::create_event_channel(&channel); }) == 0 ? channel : nullptr;
 }
 
 void rdma_destroy_event_channel(rdma_event_channel* channel) {
-    if (direct()) {
-        USIW_NEXT(rdma_destroy_event_channel, "RDMACM_1.0");
-        if (next)
-            next(channel);
-        return;
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::destroy_event_channel>(channel);
     guarded_void([&] { cm::destroy_event_channel(channel); });
 }
 
 int rdma_create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context,
                    rdma_port_space ps) {
-    if (direct()) {
-        USIW_NEXT(rdma_create_id, "RDMACM_1.0");
-        return next ? next(channel, id, context, ps) : missing();
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::create_id>(channel, id, context, ps);
     // As librdmacm: the port space says the QP type.
     const ibv_qp_type qp_type = ps == RDMA_PS_IPOIB || ps == RDMA_PS_UDP ? IBV_QPT_UD : IBV_QPT_RC;
     return guarded([&] { return cm::create_id(channel, id, context, ps, qp_type); });
@@ -148,226 +152,166 @@ int rdma_create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context,
 
 int rdma_create_ep(rdma_cm_id** id, rdma_addrinfo* res, ibv_pd* pd,
                    ibv_qp_init_attr* qp_init_attr) {
-    if (direct()) {
-        USIW_NEXT(rdma_create_ep, "RDMACM_1.0");
-        return next ? next(id, res, pd, qp_init_attr) : missing();
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::create_ep>(id, res, pd, qp_init_attr);
     return guarded([&] { return cm::create_ep(id, res, pd, qp_init_attr); });
 }
 
 void rdma_destroy_ep(rdma_cm_id* id) {
-    if (direct()) {
-        USIW_NEXT(rdma_destroy_ep, "RDMACM_1.0");
-        if (next)
-            next(id);
-        return;
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::destroy_ep>(id);
     guarded_void_id(id, [&] { cm::destroy_ep(id); });
 }
 
 int rdma_destroy_id(rdma_cm_id* id) {
-    if (direct()) {
-        USIW_NEXT(rdma_destroy_id, "RDMACM_1.0");
-        return next ? next(id) : missing();
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::destroy_id>(id);
     return guarded_id(id, [&] { return cm::destroy_id(id); });
 }
 
 int rdma_bind_addr(rdma_cm_id* id, sockaddr* addr) {
-    if (direct()) {
-        USIW_NEXT(rdma_bind_addr, "RDMACM_1.0");
-        return next ? next(id, addr) : missing();
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::bind_addr>(id, addr);
     return guarded_id(id, [&] { return cm::bind_addr(id, addr); });
 }
 
 int rdma_resolve_addr(rdma_cm_id* id, sockaddr* src_addr, sockaddr* dst_addr, int timeout_ms) {
-    if (direct()) {
-        USIW_NEXT(rdma_resolve_addr, "RDMACM_1.0");
-        return next ? next(id, src_addr, dst_addr, timeout_ms) : missing();
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::resolve_addr>(id, src_addr, dst_addr, timeout_ms);
     return guarded_id(id, [&] { return cm::resolve_addr(id, src_addr, dst_addr, timeout_ms); });
 }
 
 int rdma_resolve_route(rdma_cm_id* id, int timeout_ms) {
-    if (direct()) {
-        USIW_NEXT(rdma_resolve_route, "RDMACM_1.0");
-        return next ? next(id, timeout_ms) : missing();
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::resolve_route>(id, timeout_ms);
     return guarded_id(id, [&] { return cm::resolve_route(id, timeout_ms); });
 }
 
 int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) {
-    if (direct()) {
-        USIW_NEXT(rdma_create_qp, "RDMACM_1.0");
-        return next ? next(id, pd, qp_init_attr) : missing();
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::create_qp>(id, pd, qp_init_attr);
     return guarded_id(id, [&] { return cm::create_qp(id, pd, qp_init_attr); });
 }
 
 int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* qp_init_attr) {
-    if (direct()) {
-        USIW_NEXT(rdma_create_qp_ex, "RDMACM_1.0");
-        return next ? next(id, qp_init_attr) : missing();
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::create_qp_ex>(id, qp_init_attr);
     return guarded_id(id, [&] { return cm::create_qp_ex(id, qp_init_attr); });
 }
 
 void rdma_destroy_qp(rdma_cm_id* id) {
-    if (direct()) {
-        USIW_NEXT(rdma_destroy_qp, "RDMACM_1.0");
-        if (next)
-            next(id);
-        return;
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::destroy_qp>(id);
     guarded_void_id(id, [&] { cm::destroy_qp(id); });
 }
 
 int rdma_create_srq(rdma_cm_id* id, ibv_pd* pd, ibv_srq_init_attr* attr) {
-    if (direct()) {
-        USIW_NEXT(rdma_create_srq, "RDMACM_1.0");
-        return next ? next(id, pd, attr) : missing();
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::create_srq>(id, pd, attr);
     return guarded_id(id, [&] { return cm::create_srq(id, pd, attr); });
 }
 
 int rdma_create_srq_ex(rdma_cm_id* id, ibv_srq_init_attr_ex* attr) {
-    if (direct()) {
-        USIW_NEXT(rdma_create_srq_ex, "RDMACM_1.0");
-        return next ? next(id, attr) : missing();
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::create_srq_ex>(id, attr);
     return guarded_id(id, [&] { return cm::create_srq_ex(id, attr); });
 }
 
 void rdma_destroy_srq(rdma_cm_id* id) {
-    if (direct()) {
-        USIW_NEXT(rdma_destroy_srq, "RDMACM_1.0");
-        if (next)
-            next(id);
-        return;
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::destroy_srq>(id);
     guarded_void_id(id, [&] { cm::destroy_srq(id); });
 }
 
 int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
-    if (direct()) {
-        USIW_NEXT(rdma_connect, "RDMACM_1.0");
-        return next ? next(id, conn_param) : missing();
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::connect>(id, conn_param);
     return guarded_id(id, [&] { return cm::connect(id, conn_param); });
 }
 
 int rdma_listen(rdma_cm_id* id, int backlog) {
-    if (direct()) {
-        USIW_NEXT(rdma_listen, "RDMACM_1.0");
-        return next ? next(id, backlog) : missing();
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::listen>(id, backlog);
     return guarded_id(id, [&] { return cm::listen(id, backlog); });
 }
 
 int rdma_get_request(rdma_cm_id* listen, rdma_cm_id** id) {
-    if (direct()) {
-        USIW_NEXT(rdma_get_request, "RDMACM_1.0");
-        return next ? next(listen, id) : missing();
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::get_request>(listen, id);
     return guarded_id(listen, [&] { return cm::get_request(listen, id); });
 }
 
 int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
-    if (direct()) {
-        USIW_NEXT(rdma_accept, "RDMACM_1.0");
-        return next ? next(id, conn_param) : missing();
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::accept>(id, conn_param);
     return guarded_id(id, [&] { return cm::accept(id, conn_param); });
 }
 
 int rdma_reject(rdma_cm_id* id, const void* private_data, uint8_t private_data_len) {
-    if (direct()) {
-        USIW_NEXT(rdma_reject, "RDMACM_1.0");
-        return next ? next(id, private_data, private_data_len) : missing();
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::reject>(id, private_data, private_data_len);
     return guarded_id(id, [&] { return cm::reject(id, private_data, private_data_len); });
 }
 
 int rdma_notify(rdma_cm_id* id, ibv_event_type event) {
-    if (direct()) {
-        USIW_NEXT(rdma_notify, "RDMACM_1.0");
-        return next ? next(id, event) : missing();
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::notify>(id, event);
     return guarded_id(id, [&] { return cm::notify(id, event); });
 }
 
 int rdma_disconnect(rdma_cm_id* id) {
-    if (direct()) {
-        USIW_NEXT(rdma_disconnect, "RDMACM_1.0");
-        return next ? next(id) : missing();
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::disconnect>(id);
     return guarded_id(id, [&] { return cm::disconnect(id); });
 }
 
 // iWARP has no multicast (the kernel's rdma_cm answers ENOSYS for it);
 // a kernel-backed id may have it.
 int rdma_join_multicast(rdma_cm_id* id, sockaddr* addr, void* context) {
-    if (direct()) {
-        USIW_NEXT(rdma_join_multicast, "RDMACM_1.0");
-        return next ? next(id, addr, context) : missing();
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::join_multicast>(id, addr, context);
     return guarded_id(id, [&] { return cm::join_multicast(id, addr, context); });
 }
 
 int rdma_leave_multicast(rdma_cm_id* id, sockaddr* addr) {
-    if (direct()) {
-        USIW_NEXT(rdma_leave_multicast, "RDMACM_1.0");
-        return next ? next(id, addr) : missing();
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::leave_multicast>(id, addr);
     return guarded_id(id, [&] { return cm::leave_multicast(id, addr); });
 }
 
 int rdma_join_multicast_ex(rdma_cm_id* id, rdma_cm_join_mc_attr_ex* mc_join_attr, void* context) {
-    if (direct()) {
-        USIW_NEXT(rdma_join_multicast_ex, "RDMACM_1.1");
-        return next ? next(id, mc_join_attr, context) : missing();
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::join_multicast_ex>(id, mc_join_attr, context);
     return guarded_id(id, [&] { return cm::join_multicast_ex(id, mc_join_attr, context); });
 }
 
 int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
-    if (direct()) {
-        USIW_NEXT(rdma_get_cm_event, "RDMACM_1.0");
-        return next ? next(channel, event) : missing();
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::get_cm_event>(channel, event);
     return guarded([&] { return cm::get_cm_event(channel, event); });
 }
 
 int rdma_ack_cm_event(rdma_cm_event* event) {
-    if (direct()) {
-        USIW_NEXT(rdma_ack_cm_event, "RDMACM_1.0");
-        return next ? next(event) : missing();
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::ack_cm_event>(event);
     return guarded([&] { return cm::ack_cm_event(event); });
 }
 
 __be16 rdma_get_src_port(rdma_cm_id* id) {
-    if (direct()) {
-        USIW_NEXT(rdma_get_src_port, "RDMACM_1.0");
-        return next ? next(id) : 0;
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::get_src_port>(id);
     return cm::src_port(id);
 }
 
 __be16 rdma_get_dst_port(rdma_cm_id* id) {
-    if (direct()) {
-        USIW_NEXT(rdma_get_dst_port, "RDMACM_1.0");
-        return next ? next(id) : 0;
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::get_dst_port>(id);
     return cm::dst_port(id);
 }
 
 ibv_context** rdma_get_devices(int* num_devices) {
-    if (direct()) {
-        USIW_NEXT(rdma_get_devices, "RDMACM_1.0");
-        return next ? next(num_devices) : (missing(), nullptr);
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::get_devices>(num_devices);
     try {
         return cm::get_devices(num_devices);
     } catch (...) {
@@ -377,12 +321,8 @@ ibv_context** rdma_get_devices(int* num_devices) {
 }
 
 void rdma_free_devices(ibv_context** list) {
-    if (direct()) {
-        USIW_NEXT(rdma_free_devices, "RDMACM_1.0");
-        if (next)
-            next(list);
-        return;
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::free_devices>(list);
     cm::free_devices(list);
 }
 
@@ -391,27 +331,21 @@ const char* rdma_event_str(rdma_cm_event_type event) {
 }
 
 int rdma_set_option(rdma_cm_id* id, int level, int optname, void* optval, size_t optlen) {
-    if (direct()) {
-        USIW_NEXT(rdma_set_option, "RDMACM_1.0");
-        return next ? next(id, level, optname, optval, optlen) : missing();
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::set_option>(id, level, optname, optval, optlen);
     return guarded_id(id, [&] { return cm::set_option(id, level, optname, optval, optlen); });
 }
 
 int rdma_migrate_id(rdma_cm_id* id, rdma_event_channel* channel) {
-    if (direct()) {
-        USIW_NEXT(rdma_migrate_id, "RDMACM_1.0");
-        return next ? next(id, channel) : missing();
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::migrate_id>(id, channel);
     return guarded_id(id, [&] { return cm::migrate_id(id, channel); });
 }
 
 int rdma_getaddrinfo(const char* node, const char* service, const rdma_addrinfo* hints,
                      rdma_addrinfo** res) {
-    if (direct()) {
-        USIW_NEXT(rdma_getaddrinfo, "RDMACM_1.0");
-        return next ? next(node, service, hints, res) : missing();
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::getaddrinfo>(node, service, hints, res);
     try {
         return cm::getaddrinfo(node, service, hints, res);
     } catch (...) {
@@ -421,52 +355,38 @@ int rdma_getaddrinfo(const char* node, const char* service, const rdma_addrinfo*
 }
 
 void rdma_freeaddrinfo(rdma_addrinfo* res) {
-    if (direct()) {
-        USIW_NEXT(rdma_freeaddrinfo, "RDMACM_1.0");
-        if (next)
-            next(res);
-        return;
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::freeaddrinfo>(res);
     cm::freeaddrinfo(res);
 }
 
 int rdma_establish(rdma_cm_id* id) {
-    if (direct()) {
-        USIW_NEXT(rdma_establish, "RDMACM_1.2");
-        return next ? next(id) : missing();
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::establish>(id);
     return guarded_id(id, [&] { return cm::establish(id); });
 }
 
 int rdma_init_qp_attr(rdma_cm_id* id, ibv_qp_attr* qp_attr, int* qp_attr_mask) {
-    if (direct()) {
-        USIW_NEXT(rdma_init_qp_attr, "RDMACM_1.2");
-        return next ? next(id, qp_attr, qp_attr_mask) : missing();
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::init_qp_attr>(id, qp_attr, qp_attr_mask);
     return guarded_id(id, [&] { return cm::init_qp_attr(id, qp_attr, qp_attr_mask); });
 }
 
 int rdma_set_local_ece(rdma_cm_id* id, ibv_ece* ece) {
-    if (direct()) {
-        USIW_NEXT(rdma_set_local_ece, "RDMACM_1.3");
-        return next ? next(id, ece) : missing();
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::set_local_ece>(id, ece);
     return guarded_id(id, [&] { return cm::set_local_ece(id, ece); });
 }
 
 int rdma_get_remote_ece(rdma_cm_id* id, ibv_ece* ece) {
-    if (direct()) {
-        USIW_NEXT(rdma_get_remote_ece, "RDMACM_1.3");
-        return next ? next(id, ece) : missing();
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::get_remote_ece>(id, ece);
     return guarded_id(id, [&] { return cm::get_remote_ece(id, ece); });
 }
 
 int rdma_reject_ece(rdma_cm_id* id, const void* private_data, uint8_t private_data_len) {
-    if (direct()) {
-        USIW_NEXT(rdma_reject_ece, "RDMACM_1.3");
-        return next ? next(id, private_data, private_data_len) : missing();
-    }
+    if (direct())
+        return pass_through<&RealRdmacm::reject_ece>(id, private_data, private_data_len);
     return guarded_id(id, [&] { return cm::reject_ece(id, private_data, private_data_len); });
 }
 

@@ -6,8 +6,8 @@
 // header yet: callers declare the function themselves.
 #include <cerrno>
 
-#include "glue/provider.h"
-#include "verbs/stream.h"
+#include "datapath/attach.h"
+#include "verbs/device_registry.h"
 
 extern "C" int usiw_qp_attach_socket(ibv_qp* ibqp, int fd, int initiator, int crc,
                                      unsigned max_fpdu) {

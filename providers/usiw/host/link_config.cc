@@ -16,13 +16,13 @@
 #include <sstream>
 
 #include "host/netdev.h"
+#include "host/settings.h"
 
 namespace usiw {
 
 namespace {
 
 constexpr char kLinksFileName[] = "links";
-constexpr char kSystemConfigDir[] = "/etc/usiw";
 constexpr size_t kMaxNetdevNameLength = 15;  // IFNAMSIZ less the NUL
 
 constexpr char kFileHeader[] =
@@ -69,7 +69,7 @@ std::string home_directory() {
 }
 
 std::string user_config_dir() {
-    if (std::optional<std::string> dir = env("USIW_CONFIG_DIR")) {
+    if (std::optional<std::string> dir = settings::config_dir()) {
         return *dir;
     }
     std::optional<std::string> xdg = env("XDG_CONFIG_HOME");
@@ -80,7 +80,7 @@ std::string user_config_dir() {
 }
 
 std::string system_config_dir() {
-    return env("USIW_SYSTEM_CONFIG_DIR").value_or(kSystemConfigDir);
+    return settings::system_config_dir();
 }
 
 std::string describe_scope_file(ConfigScope scope) {

@@ -23,24 +23,6 @@ uint32_t random_seed() {
 }
 }  // namespace
 
-const char* stag_error_message(StagError error) {
-    switch (error) {
-        case StagError::kNone:
-            return "access allowed";
-        case StagError::kInvalidStag:
-            return "no memory region with this STag (unknown index or wrong key)";
-        case StagError::kWrongPd:
-            return "the memory region belongs to another protection domain";
-        case StagError::kAccessRights:
-            return "the memory region does not grant this access";
-        case StagError::kBounds:
-            return "the access lies outside the memory region";
-        case StagError::kToWrap:
-            return "tagged offset plus length passes 2^64";
-    }
-    return "unknown STag error";
-}
-
 StagTable::StagTable(uint32_t max_regions)
     : slots_(1),
       max_regions_(max_regions < kMaxIndex ? max_regions : kMaxIndex),
@@ -111,15 +93,15 @@ size_t StagTable::size() const {
     return live_;
 }
 
-StagError StagTable::invalidate(uint32_t stag, const void* pd) {
+wire::StagError StagTable::invalidate(uint32_t stag, const void* pd) {
     std::lock_guard lock(mutex_);
     Slot* slot = find(stag);
     if (!slot || slot->invalidated)
-        return StagError::kInvalidStag;
+        return wire::StagError::kInvalidStag;
     if (slot->region.pd != pd)
-        return StagError::kWrongPd;
+        return wire::StagError::kNotAssociated;
     slot->invalidated = true;
-    return StagError::kNone;
+    return wire::StagError::kNone;
 }
 
 bool StagTable::lookup(uint32_t stag, StagRegion* out) const {
@@ -131,21 +113,21 @@ bool StagTable::lookup(uint32_t stag, StagRegion* out) const {
     return true;
 }
 
-StagError StagTable::check(uint32_t stag, const void* pd, uint64_t to, uint64_t length,
-                           unsigned required, uintptr_t* addr) const {
+wire::StagError StagTable::check(uint32_t stag, const void* pd, uint64_t to, uint64_t length,
+                                 unsigned required, uintptr_t* addr) const {
     StagRegion r;
     if (!lookup(stag, &r))
-        return StagError::kInvalidStag;
+        return wire::StagError::kInvalidStag;
     if (r.pd != pd)
-        return StagError::kWrongPd;
+        return wire::StagError::kNotAssociated;
     if ((r.access & required) != required)
-        return StagError::kAccessRights;
+        return wire::StagError::kAccessRights;
     if (length > 0 && to > UINT64_MAX - (length - 1))
-        return StagError::kToWrap;
+        return wire::StagError::kToWrap;
     if (to < r.iova || to - r.iova > r.length || length > r.length - (to - r.iova))
-        return StagError::kBounds;
+        return wire::StagError::kBaseBounds;
     *addr = r.addr + static_cast<uintptr_t>(to - r.iova);
-    return StagError::kNone;
+    return wire::StagError::kNone;
 }
 
 }  // namespace usiw

@@ -6,14 +6,16 @@
 // An STag names memory on behalf of one protection domain; a lookup is
 // valid only if index and key match a live registration, the requester's PD
 // is the region's PD, the region grants the right asked for, and
-// [to, to + length) lies inside the region. Any failure names the Terminate
-// cause the RFCs assign to it.
+// [to, to + length) lies inside the region. A failure is reported as the
+// RFCs name it (wire::StagError), which wire/ turns into a Terminate cause.
 #pragma once
 
 #include <cstdint>
 #include <mutex>
 #include <random>
 #include <vector>
+
+#include "wire/rdmap.h"
 
 namespace usiw {
 
@@ -22,17 +24,6 @@ namespace usiw {
 enum Access : unsigned {
     kAccessLocalRead = 1u << 31,
 };
-
-enum class StagError : uint8_t {
-    kNone,
-    kInvalidStag,   // no live region with this index and key
-    kWrongPd,       // region belongs to another protection domain
-    kAccessRights,  // the region does not grant the access
-    kBounds,        // [to, to + length) is not inside the region
-    kToWrap,        // to + length passes 2^64
-};
-
-const char* stag_error_message(StagError error);
 
 struct StagRegion {
     uint32_t stag = 0;
@@ -57,14 +48,14 @@ class StagTable {
     bool remove(uint32_t stag);
     // Remote invalidation (Send with Invalidate): the STag stops working
     // until the region is deregistered. Fails with kInvalidStag or kWrongPd.
-    StagError invalidate(uint32_t stag, const void* pd);
+    wire::StagError invalidate(uint32_t stag, const void* pd);
     size_t size() const;
 
     // Checks an access of `length` bytes at tagged offset `to` with the
     // rights in `required` (any of ibv_access_flags, or kAccessLocalRead).
     // On success returns kNone and the local address of `to` in *addr.
-    StagError check(uint32_t stag, const void* pd, uint64_t to, uint64_t length, unsigned required,
-                    uintptr_t* addr) const;
+    wire::StagError check(uint32_t stag, const void* pd, uint64_t to, uint64_t length,
+                          unsigned required, uintptr_t* addr) const;
 
     bool lookup(uint32_t stag, StagRegion* out) const;
 

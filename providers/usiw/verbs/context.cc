@@ -17,14 +17,6 @@ namespace usiw {
 
 namespace {
 
-// ib_uverbs_async_event_desc: what ibv_get_async_event reads.
-struct AsyncEventRecord {
-    uint64_t element;
-    uint32_t event_type;
-    uint32_t reserved;
-};
-static_assert(sizeof(AsyncEventRecord) == 16);
-
 void free_context(ibv_context* ibctx) {
     Context* ctx = to_context(ibctx);
     {
@@ -50,6 +42,13 @@ int query_device_ex(ibv_context* ibctx, const ibv_query_device_ex_input* input,
     const size_t size = std::min(attr_size, sizeof(ibv_device_attr_ex));
     std::memset(attr, 0, size);
     to_context(ibctx)->device->fill_device_attr(&attr->orig_attr);
+    // The extended fields an iWARP RC device has: the 64-bit capability
+    // flags (the same as the 32 in orig_attr) and the port count. Every
+    // other capability stays zero: usiw has no on-demand paging, completion
+    // timestamps, TSO, RSS, WQs, packet pacing, raw packet QPs, tag
+    // matching, CQ moderation, device memory or PCI atomics.
+    if (size >= offsetof(ibv_device_attr_ex, device_cap_flags_ex) + sizeof(uint64_t))
+        attr->device_cap_flags_ex = attr->orig_attr.device_cap_flags;
     if (size >= offsetof(ibv_device_attr_ex, phys_port_cnt_ex) + sizeof(attr->phys_port_cnt_ex))
         attr->phys_port_cnt_ex = attr->orig_attr.phys_port_cnt;
     return 0;
@@ -69,16 +68,27 @@ void async_event(ibv_context*, ibv_async_event*) {
 
 }  // namespace
 
-void Context::post_async_event(uint64_t element, ibv_event_type type) {
-    const AsyncEventRecord record{element, static_cast<uint32_t>(type), 0};
-    // The write end is non-blocking: a datapath thread must never wait for an
-    // application that does not read its events. A pipe holds 4096 records.
-    if (write(async_write_fd, &record, sizeof record) != sizeof record)
-        log_error("%s: async event %s lost: the application has %s", device->name.c_str(),
-                  ibv_event_type_str(type), "not read its queued async events");
+namespace {
+
+// A usiw device with no kernel device behind it still gives its contexts a
+// command fd: programs read, dup and pass ibv_context::cmd_fd (pyverbs'
+// shared-PD test dups it for ibv_import_device). It is the read end of a
+// pipe whose write end is closed, so that nothing written to it "succeeds"
+// and an ioctl on it fails with ENOTTY, and it names the context it
+// belongs to (glue/interpose.cc, ibv_import_device).
+int make_command_fd() {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0)
+        return -1;
+    close(fds[1]);
+    return fds[0];
 }
 
+}  // namespace
+
 verbs_context* open_context(Device* device, int cmd_fd) {
+    if (cmd_fd < 0)
+        cmd_fd = make_command_fd();  // -1 if it cannot be made: then the context has none
     auto* shell = static_cast<ContextShell*>(_verbs_init_and_alloc_context(
         device->ibv(), cmd_fd, sizeof(ContextShell),
         reinterpret_cast<verbs_context*>(offsetof(ContextShell, vctx)), 0));
@@ -128,14 +138,18 @@ const verbs_context_ops& context_ops() {
     // Listed in rdma-core's order; absent ops answer EOPNOTSUPP.
     static const verbs_context_ops ops = [] {
         verbs_context_ops o{};
+        o.alloc_parent_domain = alloc_parent_domain;
         o.alloc_pd = alloc_pd;
+        o.alloc_td = alloc_td;
         o.async_event = async_event;
         o.cq_event = cq_event;
         o.create_cq = create_cq;
+        o.create_cq_ex = create_cq_ex;
         o.create_qp = create_qp;
         o.create_qp_ex = create_qp_ex;
         o.create_srq = create_srq;
         o.dealloc_pd = dealloc_pd;
+        o.dealloc_td = dealloc_td;
         o.dereg_mr = dereg_mr;
         o.destroy_cq = destroy_cq;
         o.destroy_qp = destroy_qp;

@@ -1,56 +1,17 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Completion queues and completion channels.
-#include <unistd.h>
 
 #include <cerrno>
 #include <new>
 
+#include "datapath/progress.h"
 #include "verbs/log.h"
-#include "verbs/stream.h"
 #include "verbs/verbs.h"
 
 namespace usiw {
 
-namespace {
-
-// ib_uverbs_comp_event_desc: what ibv_get_cq_event reads from the channel.
-struct CompEventRecord {
-    uint64_t cq_handle;
-};
-
-void notify_channel(Cq* cq) {
-    const CompEventRecord record{reinterpret_cast<uintptr_t>(&cq->vcq.cq)};
-    if (write(cq->channel->write_fd, &record, sizeof record) != sizeof record)
-        log_error("completion event for CQ %p lost: the channel's %s", static_cast<void*>(cq),
-                  "events are not being read");
-}
-
-}  // namespace
-
-void cq_push(Cq* cq, const ibv_wc& wc, bool solicited) {
-    bool notify = false;
-    bool overflow = false;
-    {
-        std::lock_guard lock(cq->mutex);
-        if (!cq->entries.push(wc)) {
-            overflow = !cq->overflowed;
-            cq->overflowed = true;
-        } else if (cq->armed == Cq::Arm::kNext || (cq->armed == Cq::Arm::kSolicited &&
-                                                   (solicited || wc.status != IBV_WC_SUCCESS))) {
-            cq->armed = Cq::Arm::kNone;
-            notify = cq->channel != nullptr;
-        }
-    }
-    if (overflow) {
-        log_error("CQ %p overflowed (%zu entries): completions are being lost",
-                  static_cast<void*>(cq), cq->entries.capacity());
-        cq->context->post_async_event(reinterpret_cast<uintptr_t>(&cq->vcq.cq), IBV_EVENT_CQ_ERR);
-    }
-    if (notify)
-        notify_channel(cq);
-}
-
-ibv_cq* create_cq(ibv_context* ibctx, int cqe, ibv_comp_channel* channel, int comp_vector) {
+Cq* cq_create(ibv_context* ibctx, int cqe, ibv_comp_channel* channel, int comp_vector,
+              const QueueMemory& memory) {
     Context* ctx = to_context(ibctx);
     if (cqe < 1 || static_cast<uint32_t>(cqe) > kMaxCqe || comp_vector < 0 ||
         comp_vector >= ibctx->num_comp_vectors) {
@@ -71,8 +32,10 @@ ibv_cq* create_cq(ibv_context* ibctx, int cqe, ibv_comp_channel* channel, int co
         ++ctx->cq_count;
     }
     auto* cq = new (std::nothrow) Cq;
-    if (cq)
-        cq->entries = Ring<ibv_wc>(static_cast<size_t>(cqe));
+    if (cq && !cq->entries.allocate(static_cast<size_t>(cqe), memory.of(kCqResource))) {
+        delete cq;
+        cq = nullptr;
+    }
     if (!cq) {
         std::lock_guard lock(ctx->objects_mutex);
         --ctx->cq_count;
@@ -86,7 +49,12 @@ ibv_cq* create_cq(ibv_context* ibctx, int cqe, ibv_comp_channel* channel, int co
     c.channel = channel;
     c.cqe = cqe;
     c.handle = ctx->cq_count;
-    return &c;
+    return cq;
+}
+
+ibv_cq* create_cq(ibv_context* ibctx, int cqe, ibv_comp_channel* channel, int comp_vector) {
+    Cq* cq = cq_create(ibctx, cqe, channel, comp_vector, QueueMemory{});
+    return cq ? &cq->vcq.cq : nullptr;
 }
 
 int destroy_cq(ibv_cq* ibcq) {
@@ -94,15 +62,16 @@ int destroy_cq(ibv_cq* ibcq) {
     if (cq->users.load() != 0)
         return EBUSY;
     Context* ctx = cq->context;
-    delete cq;
+    Pd* parent_domain = cq->parent_domain;
+    delete cq;  // its entries go back to the parent domain's allocator
+    if (parent_domain)
+        release_domain(&parent_domain->ibv);
     std::lock_guard lock(ctx->objects_mutex);
     --ctx->cq_count;
     return 0;
 }
 
-namespace {
-
-int take_entries(Cq* cq, int num_entries, ibv_wc* wc) {
+int cq_take_entries(Cq* cq, int num_entries, ibv_wc* wc) {
     std::lock_guard lock(cq->mutex);
     int n = 0;
     while (n < num_entries && !cq->entries.empty()) {
@@ -112,19 +81,17 @@ int take_entries(Cq* cq, int num_entries, ibv_wc* wc) {
     return n;
 }
 
-}  // namespace
-
 int poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
     Cq* cq = to_cq(ibcq);
     if (num_entries < 0)
         return -EINVAL;
-    const int n = take_entries(cq, num_entries, wc);
+    const int n = cq_take_entries(cq, num_entries, wc);
     if (n > 0 || num_entries == 0)
         return n;
     // Drive the datapath inline: a polling application gets its completion
     // without waiting for the progress engine's thread to wake.
     cq_progress(cq);
-    return take_entries(cq, num_entries, wc);
+    return cq_take_entries(cq, num_entries, wc);
 }
 
 int req_notify_cq(ibv_cq* ibcq, int solicited_only) {

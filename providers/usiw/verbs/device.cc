@@ -76,7 +76,7 @@ void Device::fill_device_attr(ibv_device_attr* a) {
     a->hw_ver = 0;
     a->max_qp = kMaxQp;
     a->max_qp_wr = kMaxQpWr;
-    a->device_cap_flags = 0;
+    a->device_cap_flags = kDeviceCapFlags;
     a->max_sge = kMaxSendSge;
     a->max_sge_rd = kMaxSgeRd;
     a->max_cq = kMaxCq;

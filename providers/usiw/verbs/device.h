@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "glue/rdma_core_abi.h"
 #include "host/device_stats.h"
 #include "host/netdev.h"
+#include "verbs/rdma_core_abi.h"
 
 namespace usiw {
 
@@ -40,6 +40,14 @@ inline constexpr uint32_t kVendorId = 0x757369;  // "usi": usiw's own, not an IE
 inline constexpr uint32_t kVendorPartId = 1;
 // The project's version (CMakeLists.txt), as `usiw --version` prints it.
 inline constexpr const char* kFirmwareVersion = USIW_VERSION;
+// What ibv_query_device reports usiw does: ibv_modify_qp checks
+// cur_qp_state; sys_image_guid is set; ports raise IBV_EVENT_PORT_ACTIVE;
+// ibv_modify_srq resizes. Not (yet): memory windows and the memory
+// management extensions; and no IB-only capability (RNR NAK, P_Key/Q_Key
+// counters, path migration, UD).
+inline constexpr unsigned kDeviceCapFlags = IBV_DEVICE_CURR_QP_STATE_MOD |
+                                            IBV_DEVICE_SYS_IMAGE_GUID |
+                                            IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SRQ_RESIZE;
 
 struct Context;
 

@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "datapath/completion.h"
 #include "verbs/log.h"
 #include "verbs/objects.h"
 
@@ -21,7 +22,7 @@ std::vector<Device*> watched;
 void post_to_contexts(Device* device, ibv_event_type type) {
     std::lock_guard lock(device->mutex);
     for (Context* ctx : device->open_contexts)
-        ctx->post_async_event(1, type);
+        post_async_event(ctx, 1, type);
 }
 
 void refresh_watched() {

@@ -4,37 +4,34 @@
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
+
+#include "host/settings.h"
 
 namespace usiw {
 
 namespace {
 
-// rdma-core's levels (libibverbs/driver.h).
-enum Level { kNone = 0, kError = 1, kWarning = 2, kInfo = 3, kDebug = 4 };
+using settings::LogLevel;
 
 struct Sink {
-    int level = kNone;
+    LogLevel level = LogLevel::kSilent;
     FILE* file = stderr;  // never closed: messages may come from exit-time code
 };
 
+// Read once per process.
 const Sink& sink() {
     static const Sink value = [] {
         Sink s;
-        if (const char* d = std::getenv("USIW_DEBUG"); d && d[0] != '\0' && d[0] != '0') {
-            s.level = kDebug;
-        } else if (const char* v = std::getenv("VERBS_LOG_LEVEL")) {
-            s.level = static_cast<int>(std::strtol(v, nullptr, 0));  // as libibverbs parses it
-        }
-        const char* path = std::getenv("VERBS_LOG_FILE");
-        if (s.level > kNone && path && *path) {
-            if (FILE* f = std::fopen(path, "ae")) {
+        s.level = settings::log_level();
+        const std::optional<std::string> path = settings::log_file();
+        if (s.level != LogLevel::kSilent && path) {
+            if (FILE* f = std::fopen(path->c_str(), "ae")) {
                 std::setvbuf(f, nullptr, _IOLBF, 0);
                 s.file = f;
             } else {
                 std::fprintf(stderr, "usiw: cannot open VERBS_LOG_FILE %s: %s; logging to stderr\n",
-                             path, std::strerror(errno));
+                             path->c_str(), std::strerror(errno));
             }
         }
         return s;
@@ -51,11 +48,11 @@ void vlog(FILE* file, const char* format, va_list args) {
 }  // namespace
 
 bool debug_enabled() {
-    return sink().level >= kDebug;
+    return sink().level == LogLevel::kDebug;
 }
 
 void log_error(const char* format, ...) {
-    if (sink().level < kError)
+    if (sink().level == LogLevel::kSilent)
         return;
     va_list args;
     va_start(args, format);
@@ -75,7 +72,7 @@ void log_debug(const char* format, ...) {
 void report_config_error(const char* format, ...) {
     va_list args;
     va_start(args, format);
-    if (sink().level >= kError && sink().file != stderr) {
+    if (sink().level != LogLevel::kSilent && sink().file != stderr) {
         va_list copy;
         va_copy(copy, args);
         vlog(sink().file, format, copy);

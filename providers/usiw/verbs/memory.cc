@@ -64,6 +64,8 @@ ibv_pd* alloc_pd(ibv_context* ibctx) {
 
 int dealloc_pd(ibv_pd* ibpd) {
     Pd* pd = to_pd(ibpd);
+    if (pd->protection)
+        return dealloc_parent_domain(pd);
     if (pd->users.load() != 0)
         return EBUSY;
     Context* ctx = pd->context;
@@ -74,7 +76,7 @@ int dealloc_pd(ibv_pd* ibpd) {
 }
 
 ibv_mr* reg_mr(ibv_pd* ibpd, void* addr, size_t length, uint64_t hca_va, int access) {
-    Pd* pd = to_pd(ibpd);
+    Pd* pd = protection_of(to_pd(ibpd));  // an MR on a parent domain is its PD's
     Context* ctx = pd->context;
     if (int err = validate_access(access)) {
         log_debug("reg_mr: access flags 0x%x refused", access);
@@ -125,7 +127,7 @@ int rereg_mr(verbs_mr* vmr, int flags, ibv_pd* new_ibpd, void* addr, size_t leng
         return EINVAL;
     if ((flags & IBV_REREG_MR_CHANGE_PD) && !new_ibpd)
         return EINVAL;
-    Pd* pd = (flags & IBV_REREG_MR_CHANGE_PD) ? to_pd(new_ibpd) : mr->pd;
+    Pd* pd = (flags & IBV_REREG_MR_CHANGE_PD) ? protection_of(to_pd(new_ibpd)) : mr->pd;
     if (pd->context != mr->pd->context)
         return EINVAL;
     const int new_access = (flags & IBV_REREG_MR_CHANGE_ACCESS) ? access : vmr->access;

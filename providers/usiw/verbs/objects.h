@@ -6,9 +6,10 @@
 // objects from many threads at once, and on one object from several (e.g.
 // post_send and poll_cq on different threads). Each object therefore
 // guards its mutable state with its own mutex, named after what it protects.
-// Lock order, outer to inner: Context::objects_mutex, Qp::state_mutex,
-// Qp::sq_mutex / Qp::rq_mutex / Srq::mutex, Cq::mutex. A CQ push never
-// takes another object's lock, so completions can be posted from any path.
+// Lock order, outer to inner: Context::objects_mutex, Qp::wr.mutex (held
+// from ibv_wr_start to ibv_wr_complete), Qp::state_mutex, Qp::sq_mutex /
+// Qp::rq_mutex / Srq::mutex, Cq::mutex. A CQ push never takes another
+// object's lock, so completions can be posted from any path.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -21,9 +22,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "glue/rdma_core_abi.h"
 #include "mem/stag_table.h"
 #include "verbs/device.h"
+#include "verbs/queue_memory.h"
+#include "verbs/rdma_core_abi.h"
 #include "verbs/ring.h"
 
 namespace usiw {
@@ -40,10 +42,26 @@ struct CompChannel {
     int write_fd = -1;
 };
 
+// A thread domain (ibv_alloc_td): the application's promise that the
+// objects created through a parent domain holding it are used by one thread
+// at a time, so usiw leaves out the locks that only order application calls
+// (verbs/domain.cc says which).
+struct Td {
+    ibv_td ibv{};
+    Context* context = nullptr;
+    std::atomic<uint32_t> users{0};  // parent domains holding it
+};
+
 struct Pd {
     ibv_pd ibv{};
     Context* context = nullptr;
-    std::atomic<uint32_t> users{0};  // MRs, QPs, SRQs; a PD in use cannot be freed
+    std::atomic<uint32_t> users{0};  // MRs, QPs, SRQs, CQs; a PD in use cannot be freed
+    // A parent domain (ibv_alloc_parent_domain) extends the protection
+    // domain `protection`, which objects created on it belong to, with a
+    // thread domain and the application's allocator for queue memory.
+    Pd* protection = nullptr;  // null for an ordinary PD
+    Td* td = nullptr;
+    QueueMemory memory;
 };
 
 struct Mr {
@@ -61,6 +79,15 @@ struct Cq {
 
     std::mutex qps_mutex;  // protects `qps`; held while poll_cq drives their streams
     std::vector<Qp*> qps;  // QPs completing into this CQ
+
+    // Created single-threaded (IBV_CREATE_CQ_ATTR_SINGLE_THREADED, or on a
+    // parent domain with a thread domain): application calls on it come
+    // from one thread at a time.
+    bool single_threaded = false;
+    Pd* parent_domain = nullptr;  // created on one (IBV_CQ_INIT_ATTR_MASK_PD), held in use
+    // The completion ibv_start_poll / ibv_next_poll took, which the
+    // ibv_wc_read_* accessors read (verbs/cq_ex.cc).
+    ibv_wc polled{};
 
     std::mutex mutex;  // protects everything below
     Ring<ibv_wc> entries;
@@ -104,6 +131,17 @@ struct Srq {
     uint32_t limit = 0;  // armed SRQ limit (0 = not armed)
 };
 
+// The work requests of one ibv_wr_start .. ibv_wr_complete/abort section
+// (verbs/qp_ex.cc), built in place in the send queue's free slots past its
+// tail and pushed together.
+struct WrBatch {
+    std::mutex mutex;  // the section, unless the QP is bound to a thread domain
+    size_t tail = 0;   // send-queue slot of the first one
+    size_t room = 0;   // free slots at ibv_wr_start
+    size_t count = 0;  // built so far
+    int error = 0;     // the first invalid call; ibv_wr_complete posts nothing and returns it
+};
+
 struct Qp {
     verbs_qp vqp{};
     Context* context = nullptr;
@@ -112,8 +150,14 @@ struct Qp {
     Cq* recv_cq = nullptr;
     Srq* srq = nullptr;
 
+    // Bound to a thread domain: post_send, post_recv and the ibv_wr_* calls
+    // take no lock that only orders application threads (verbs/qp.cc).
+    bool single_threaded = false;
+
     std::mutex state_mutex;  // protects the state and attributes below
-    ibv_qp_state state = IBV_QPS_INIT;
+    // Written under state_mutex; atomic so that a single-threaded QP's
+    // posting can read it without.
+    std::atomic<ibv_qp_state> state{IBV_QPS_INIT};
     ibv_qp_cap cap{};
     bool sq_sig_all = false;
     unsigned int access_flags = 0;
@@ -123,6 +167,10 @@ struct Qp {
     // Attributes with no iWARP meaning, kept so ibv_query_qp returns what
     // the application (or rdma_cm) set: IB timers, PSNs, path and peer.
     ibv_qp_attr ib_attrs{};
+    // Moved to RTR with an address vector and the peer's QP number: the
+    // rendezvous connects it (verbs/qp_connector.h), and modify_qp checks
+    // it as the kernel checks an RC QP (verbs/qp_transitions.h). Until RESET.
+    bool peer_named = false;
 
     // The connected TCP stream, once attached (datapath/). Set and cleared
     // under state_mutex; poll_cq reads it without, under the CQ's qps_mutex.
@@ -133,6 +181,8 @@ struct Qp {
     Ring<SendWqe> sq;
     std::mutex rq_mutex;  // protects `rq`
     Ring<RecvWqe> rq;
+
+    WrBatch wr;  // the ibv_wr_* section in progress
 };
 
 // A usiw device opened by an application: the verbs_context rdma-core hands
@@ -155,14 +205,9 @@ struct Context {
     uint32_t qp_count = 0;
     uint32_t srq_count = 0;
     uint32_t mr_count = 0;
-    uint32_t next_qp_num = 1;
     std::unordered_map<uint32_t, Qp*> qps;  // by QP number
 
     ibv_context* ibv() { return &shell->vctx.context; }
-
-    // Queues an async event for ibv_get_async_event. `element` is the
-    // object pointer (QP, CQ, SRQ) or the port number.
-    void post_async_event(uint64_t element, ibv_event_type type);
 };
 
 // Typed conversions from the rdma-core handles (the embedded struct is the
@@ -183,6 +228,15 @@ inline Cq* to_cq(ibv_cq* c) {
 }
 inline Qp* to_qp(ibv_qp* q) {
     return reinterpret_cast<Qp*>(q);
+}
+inline Qp* to_qp(ibv_qp_ex* q) {
+    return reinterpret_cast<Qp*>(q);
+}
+inline Cq* to_cq(ibv_cq_ex* c) {
+    return reinterpret_cast<Cq*>(c);
+}
+inline Td* to_td(ibv_td* t) {
+    return reinterpret_cast<Td*>(t);
 }
 inline Srq* to_srq(ibv_srq* s) {
     return reinterpret_cast<Srq*>(s);

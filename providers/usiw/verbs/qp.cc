@@ -3,12 +3,19 @@
 // queuing. An iWARP QP is an RC QP whose transport is a TCP stream; it is
 // created in INIT (as Linux siw reports its IDLE state) and reaches RTS only
 // when a connection is bound to it by connection management.
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <initializer_list>
 #include <new>
 
+#include "datapath/attach.h"
+#include "datapath/completion.h"
+#include "datapath/datapath.h"
+#include "host/qpn_allocator.h"
 #include "verbs/log.h"
-#include "verbs/stream.h"
+#include "verbs/qp_connector.h"
+#include "verbs/qp_transitions.h"
 #include "verbs/verbs.h"
 
 namespace usiw {
@@ -22,8 +29,10 @@ constexpr int kSupportedQpAttrs =
     IBV_QP_ALT_PATH | IBV_QP_MIN_RNR_TIMER | IBV_QP_SQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
     IBV_QP_PATH_MIG_STATE | IBV_QP_CAP | IBV_QP_DEST_QPN;
 
-constexpr unsigned kQpAccessFlags =
-    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+// Remote atomics are accepted as Linux siw and rxe accept them (kept for
+// ibv_query_qp); usiw has no atomic operations yet, so none can arrive.
+constexpr unsigned kQpAccessFlags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                    IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
 
 constexpr unsigned kSupportedSendFlags =
     IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE;
@@ -41,44 +50,9 @@ int validate_caps(const ibv_qp_cap& cap, bool has_srq) {
     return 0;
 }
 
-}  // namespace
-
-ibv_wc_opcode wc_opcode_for(ibv_wr_opcode op) {
-    switch (op) {
-        case IBV_WR_RDMA_WRITE:
-        case IBV_WR_RDMA_WRITE_WITH_IMM:
-            return IBV_WC_RDMA_WRITE;
-        case IBV_WR_RDMA_READ:
-            return IBV_WC_RDMA_READ;
-        case IBV_WR_LOCAL_INV:
-            return IBV_WC_LOCAL_INV;
-        default:
-            return IBV_WC_SEND;
-    }
-}
-
-namespace {
-
-void flush_recv(Qp* qp, const RecvWqe& wqe) {
-    ibv_wc wc{};
-    wc.wr_id = wqe.wr_id;
-    wc.status = IBV_WC_WR_FLUSH_ERR;
-    wc.opcode = IBV_WC_RECV;
-    wc.qp_num = qp->vqp.qp.qp_num;
-    cq_push(qp->recv_cq, wc, false);
-}
-
-void flush_send(Qp* qp, const SendWqe& wqe) {
-    ibv_wc wc{};
-    wc.wr_id = wqe.wr_id;
-    wc.status = IBV_WC_WR_FLUSH_ERR;
-    wc.opcode = wc_opcode_for(wqe.opcode);
-    wc.qp_num = qp->vqp.qp.qp_num;
-    cq_push(qp->send_cq, wc, false);
-}
-
-// Which state changes an application may ask for. RTS needs a connected
-// stream, which only connection management establishes.
+// Which state changes an application may ask for of a QP rdma_cm connects.
+// RTS needs a connected stream, which only connection management
+// establishes.
 int check_transition(const Qp* qp, ibv_qp_state to) {
     const ibv_qp_state from = qp->state;
     switch (to) {
@@ -104,6 +78,26 @@ int check_transition(const Qp* qp, ibv_qp_state to) {
         default:
             return EINVAL;  // SQD, SQE: no iWARP meaning without a connection
     }
+}
+
+// A QP connected by ibv_modify_qp, or being moved to RTR with its peer
+// named: the kernel's rules for an RC QP, and a peer the connector can
+// reach. Work may be posted at RTS before the stream is up.
+int check_peer_transition(const Qp* qp, const ibv_qp_attr& attr, int mask) {
+    const ibv_qp_state from = qp->state;
+    const ibv_qp_state to = (mask & IBV_QP_STATE) ? attr.qp_state : from;
+    if (!rc_modify_is_ok(from, to, mask)) {
+        log_debug("QP %u: modify from state %d to %d with attribute mask 0x%x breaks the RC rules",
+                  qp->vqp.qp.qp_num, from, to, mask);
+        return EINVAL;
+    }
+    if (to == IBV_QPS_SQD)
+        return EINVAL;  // no SQ drain in iWARP
+    if (from == IBV_QPS_INIT && to == IBV_QPS_RTR) {
+        QpConnector* connector = qp_connector();
+        return connector ? connector->check_peer(qp, attr) : EOPNOTSUPP;
+    }
+    return 0;
 }
 
 void discard_queues(Qp* qp) {
@@ -142,7 +136,8 @@ void release(Qp* qp) {
         qp->srq->users.fetch_sub(1);
 }
 
-ibv_qp* create_qp_common(Pd* pd, ibv_qp_init_attr_ex* attr) {
+ibv_qp* create_qp_common(ibv_pd* ibpd, ibv_qp_init_attr_ex* attr) {
+    Pd* pd = protection_of(to_pd(ibpd));
     Context* ctx = pd->context;
     ibv_context* ibctx = ctx->ibv();
     if (attr->qp_type != IBV_QPT_RC) {
@@ -168,19 +163,30 @@ ibv_qp* create_qp_common(Pd* pd, ibv_qp_init_attr_ex* attr) {
             return nullptr;
         }
         ++ctx->qp_count;
-        qp_num = ctx->next_qp_num++ & 0xffffff;
+        // Unique among the user's processes on this host, so that the
+        // rendezvous finds a QP by its number (host/qpn_allocator.h).
+        do {
+            qp_num = allocate_qpn();
+        } while (ctx->qps.contains(qp_num));
+        ctx->qps[qp_num] = nullptr;  // reserved until the QP is built
     }
+    const DomainUse domain = use_domain(ibpd);
     auto* qp = new (std::nothrow) Qp;
-    if (qp) {
-        qp->sq = Ring<SendWqe>(attr->cap.max_send_wr);
-        qp->rq = Ring<RecvWqe>(attr->srq ? 0 : attr->cap.max_recv_wr);
+    if (qp && (!qp->sq.allocate(attr->cap.max_send_wr, domain.memory.of(kSendQueueResource)) ||
+               !qp->rq.allocate(attr->srq ? 0 : attr->cap.max_recv_wr,
+                                domain.memory.of(kRecvQueueResource)))) {
+        delete qp;
+        qp = nullptr;
     }
     if (!qp) {
+        release_domain(ibpd);
         std::lock_guard lock(ctx->objects_mutex);
+        ctx->qps.erase(qp_num);
         --ctx->qp_count;
         errno = ENOMEM;
         return nullptr;
     }
+    qp->single_threaded = domain.single_threaded;
     qp->context = ctx;
     qp->pd = pd;
     qp->send_cq = to_cq(attr->send_cq);
@@ -203,7 +209,7 @@ ibv_qp* create_qp_common(Pd* pd, ibv_qp_init_attr_ex* attr) {
     ibv_qp& q = qp->vqp.qp;
     q.context = ibctx;
     q.qp_context = attr->qp_context;
-    q.pd = &pd->ibv;
+    q.pd = ibpd;  // the parent domain, if it was created on one
     q.send_cq = attr->send_cq;
     q.recv_cq = attr->recv_cq;
     q.srq = attr->srq;
@@ -222,6 +228,8 @@ ibv_qp* create_qp_common(Pd* pd, ibv_qp_init_attr_ex* attr) {
         ctx->qps[qp_num] = qp;
     }
     attach_to_cqs(qp);
+    if (QpConnector* connector = qp_connector())
+        connector->qp_created(qp);
     return &q;
 }
 
@@ -238,7 +246,7 @@ ibv_qp* create_qp(ibv_pd* ibpd, ibv_qp_init_attr* attr) {
     ex.sq_sig_all = attr->sq_sig_all;
     ex.comp_mask = IBV_QP_INIT_ATTR_PD;
     ex.pd = ibpd;
-    ibv_qp* qp = create_qp_common(to_pd(ibpd), &ex);
+    ibv_qp* qp = create_qp_common(ibpd, &ex);
     if (qp)
         attr->cap = ex.cap;
     return qp;
@@ -251,19 +259,30 @@ ibv_qp* create_qp_ex(ibv_context* ibctx, ibv_qp_init_attr_ex* attr) {
     }
     const uint32_t unsupported =
         attr->comp_mask &
-        ~static_cast<uint32_t>(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS);
-    if (unsupported || ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags)) {
-        log_debug("create_qp_ex: comp_mask 0x%x / create_flags 0x%x not supported", attr->comp_mask,
-                  attr->create_flags);
+        ~static_cast<uint32_t>(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS |
+                               IBV_QP_INIT_ATTR_SEND_OPS_FLAGS);
+    const uint64_t send_ops =
+        (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) ? attr->send_ops_flags : 0;
+    if (unsupported || ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags) ||
+        qp_ex_check(send_ops) != 0) {
+        log_debug(
+            "create_qp_ex: comp_mask 0x%x / create_flags 0x%x / send_ops_flags 0x%llx not "
+            "supported",
+            attr->comp_mask, attr->create_flags, static_cast<unsigned long long>(send_ops));
         errno = EOPNOTSUPP;
         return nullptr;
     }
-    return create_qp_common(to_pd(attr->pd), attr);
+    ibv_qp* qp = create_qp_common(attr->pd, attr);
+    if (qp && (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS))
+        qp_ex_setup(to_qp(qp), send_ops);
+    return qp;
 }
 
 int destroy_qp(ibv_qp* ibqp) {
     Qp* qp = to_qp(ibqp);
     Context* ctx = qp->context;
+    if (QpConnector* connector = qp_connector())
+        connector->qp_destroying(qp);
     detach_from_cqs(qp);  // no poll_cq reaches the stream after this
     qp_stream_destroy(qp);
     release(qp);
@@ -274,34 +293,17 @@ int destroy_qp(ibv_qp* ibqp) {
         ctx->qps.erase(ibqp->qp_num);
         --ctx->qp_count;
     }
-    delete qp;
+    ibv_pd* ibpd = ibqp->pd;
+    delete qp;  // its queues go back to the parent domain's allocator
+    release_domain(ibpd);
     return 0;
 }
 
-void qp_enter_error(Qp* qp) {
-    qp->state = IBV_QPS_ERR;
-    qp->vqp.qp.state = IBV_QPS_ERR;
-    qp_stream_error(qp);  // work in flight completes before what is still queued
-    {
-        std::lock_guard lock(qp->sq_mutex);
-        for (; !qp->sq.empty(); qp->sq.pop())
-            flush_send(qp, qp->sq.front());
-    }
-    {
-        std::lock_guard lock(qp->rq_mutex);
-        for (; !qp->rq.empty(); qp->rq.pop())
-            flush_recv(qp, qp->rq.front());
-    }
-    if (qp->srq)
-        qp->context->post_async_event(reinterpret_cast<uintptr_t>(&qp->vqp.qp),
-                                      IBV_EVENT_QP_LAST_WQE_REACHED);
-}
+namespace {
 
-int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
-    Qp* qp = to_qp(ibqp);
-    if (mask & ~kSupportedQpAttrs)
-        return EINVAL;
-    std::lock_guard lock(qp->state_mutex);
+// modify_qp under the QP's state_mutex. `*notify`: the connector must hear
+// of the change.
+int modify_locked(Qp* qp, const ibv_qp_attr* attr, int mask, bool* notify) {
     if ((mask & IBV_QP_CUR_STATE) && attr->cur_qp_state != qp->state)
         return EINVAL;
     if ((mask & IBV_QP_PORT) && attr->port_num != 1)
@@ -314,7 +316,13 @@ int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
         return EINVAL;
     if (mask & IBV_QP_CAP)
         return EINVAL;  // queues are not resized after creation
-    if (mask & IBV_QP_STATE) {
+    const bool names_peer = (mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RTR &&
+                            (mask & (IBV_QP_AV | IBV_QP_DEST_QPN));
+    if (qp->peer_named || names_peer) {
+        if (int err = check_peer_transition(qp, *attr, mask))
+            return err;
+        *notify = (mask & (IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT)) != 0;
+    } else if (mask & IBV_QP_STATE) {
         if (int err = check_transition(qp, attr->qp_state))
             return err;
     }
@@ -345,25 +353,54 @@ int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
         qp->ib_attrs.pkey_index = attr->pkey_index;
     if (mask & IBV_QP_AV)
         qp->ib_attrs.ah_attr = attr->ah_attr;
+    if (mask & IBV_QP_PATH_MTU)
+        qp->ib_attrs.path_mtu = attr->path_mtu;
     if (!(mask & IBV_QP_STATE))
         return 0;  // e.g. perftest's MIN_RNR_TIMER alone
 
     switch (attr->qp_state) {
         case IBV_QPS_ERR:
             if (qp->state != IBV_QPS_ERR)
-                qp_enter_error(qp);
+                qp_stream_error(qp);  // the stream ends; everything flushes
             break;
         case IBV_QPS_RESET:
             qp_stream_reset(qp);  // the connection ends; the QP may take a new one
             discard_queues(qp);
             qp->state = IBV_QPS_RESET;
+            qp->peer_named = false;
             break;
         default:
             if (qp->state != IBV_QPS_RTS)  // see check_transition: RTS stays RTS
                 qp->state = attr->qp_state;
             break;
     }
+    if (names_peer)
+        qp->peer_named = true;
     return 0;
+}
+
+}  // namespace
+
+int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
+    Qp* qp = to_qp(ibqp);
+    if (mask & ~kSupportedQpAttrs)
+        return EINVAL;
+    bool notify = false;
+    int err;
+    {
+        std::lock_guard lock(qp->state_mutex);
+        err = modify_locked(qp, attr, mask, &notify);
+    }
+    // Outside the QP's lock: the connector takes its own locks first.
+    if (err == 0 && notify)
+        qp_connector()->qp_modified(qp);
+    return err;
+}
+
+Qp* find_qp(Context* ctx, uint32_t qp_num) {
+    std::lock_guard lock(ctx->objects_mutex);
+    auto it = ctx->qps.find(qp_num);
+    return it == ctx->qps.end() ? nullptr : it->second;
 }
 
 int query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int, ibv_qp_init_attr* init_attr) {
@@ -372,7 +409,9 @@ int query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int, ibv_qp_init_attr* init_attr) 
     std::memset(attr, 0, sizeof *attr);
     attr->qp_state = qp->state;
     attr->cur_qp_state = qp->state;
-    attr->path_mtu = mtu_enum_for(qp->context->device->mtu());
+    // The path MTU set, else the port's (iWARP segments by TCP's MSS).
+    attr->path_mtu =
+        qp->ib_attrs.path_mtu ? qp->ib_attrs.path_mtu : mtu_enum_for(qp->context->device->mtu());
     attr->qp_access_flags = qp->access_flags;
     attr->cap = qp->cap;
     attr->port_num = qp->port_num;
@@ -412,8 +451,8 @@ bool opcode_supported(ibv_wr_opcode op) {
     }
 }
 
-// Checks one send work request against the QP's limits and copies it into
-// the queue slot; inline data is copied now, as the caller may reuse it.
+}  // namespace
+
 int build_send_wqe(const Qp* qp, const ibv_send_wr* wr, SendWqe* wqe) {
     if (!opcode_supported(wr->opcode))
         return EOPNOTSUPP;
@@ -457,15 +496,85 @@ int build_send_wqe(const Qp* qp, const ibv_send_wr* wr, SendWqe* wqe) {
     return 0;
 }
 
+namespace {
+
+// Posting to a QP bound to a thread domain. The application promises that
+// no other thread calls verbs on the QP meanwhile, so its state changes only
+// in this thread, except that the datapath's threads may move it to ERR.
+// Posting then takes no state_mutex while the QP is in a state it can only
+// leave for ERR (`lock_free_states`), and posts as in the state it saw; it
+// checks the state again after queuing (flush_after_error): work queued
+// after qp_enter_error flushed the queue is flushed then, under
+// state_mutex (so after that flush, and in order).
+class PostingState {
+  public:
+    PostingState(Qp* qp, std::initializer_list<ibv_qp_state> lock_free_states)
+        : lock_(qp->state_mutex, std::defer_lock) {
+        if (qp->single_threaded) {
+            state_ = qp->state;
+            lock_free_ = std::find(lock_free_states.begin(), lock_free_states.end(), state_) !=
+                         lock_free_states.end();
+        }
+        if (!lock_free_) {
+            lock_.lock();
+            state_ = qp->state;
+        }
+    }
+    ibv_qp_state state() const { return state_; }
+    bool lock_free() const { return lock_free_; }
+
+  private:
+    std::unique_lock<std::mutex> lock_;
+    ibv_qp_state state_ = IBV_QPS_RESET;
+    bool lock_free_ = false;
+};
+
+// Whether work may be posted to the send queue of `qp`, seen in `state`.
+// A QP connected by ibv_modify_qp also sends from RTR: its stream runs both
+// ways (on iWARP, perftest's ib_send_bw server posts its receive credits,
+// RDMA Writes, without ever moving to RTS). peer_named changes only under
+// state_mutex, which PostingState holds in every state but RTS.
+bool may_post_send(const Qp* qp, ibv_qp_state state) {
+    return state == IBV_QPS_RTS || state == IBV_QPS_ERR || (state == IBV_QPS_RTR && qp->peer_named);
+}
+
+void flush_send(Qp* qp, const SendWqe& wqe) {
+    complete_send_wqe(qp, wqe.wr_id, wqe.opcode, IBV_WC_WR_FLUSH_ERR, 0);
+}
+
+void flush_recv(Qp* qp, const RecvWqe& wqe) {
+    complete_recv_wqe(qp, wqe.wr_id, IBV_WC_WR_FLUSH_ERR, 0, 0, 0, false);
+}
+
+void flush_after_error(Qp* qp, bool lock_free, bool send_queue) {
+    if (!lock_free || qp->state != IBV_QPS_ERR)
+        return;
+    std::lock_guard state_lock(qp->state_mutex);
+    if (qp->state != IBV_QPS_ERR)
+        return;
+    if (send_queue) {
+        std::lock_guard lock(qp->sq_mutex);
+        for (; !qp->sq.empty(); qp->sq.pop())
+            flush_send(qp, qp->sq.front());
+    } else {
+        std::lock_guard lock(qp->rq_mutex);
+        for (; !qp->rq.empty(); qp->rq.pop())
+            flush_recv(qp, qp->rq.front());
+    }
+}
+
 }  // namespace
 
 int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     Qp* qp = to_qp(ibqp);
     int err = 0;
     bool transmit = false;
+    bool lock_free;
     {
-        std::lock_guard state_lock(qp->state_mutex);
-        if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_ERR) {
+        const PostingState posting(qp, {IBV_QPS_RTS});
+        lock_free = posting.lock_free();
+        const ibv_qp_state state = posting.state();
+        if (!may_post_send(qp, state)) {
             *bad_wr = wr;
             return EINVAL;
         }
@@ -478,7 +587,7 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
             if ((err = build_send_wqe(qp, wr, &qp->sq.back_slot())) != 0)
                 break;
             qp->sq.commit_push();
-            if (qp->state == IBV_QPS_ERR) {  // an errored QP completes new work as flushed
+            if (state == IBV_QPS_ERR) {  // an errored QP completes new work as flushed
                 flush_send(qp, qp->sq.front());
                 qp->sq.pop();
             } else {
@@ -488,10 +597,37 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
         if (err)
             *bad_wr = wr;
     }
+    flush_after_error(qp, lock_free, true);
     // Outside the QP's locks: transmission takes them in its own order.
     if (transmit)
-        qp_transmit(qp);
+        transmit_posted(qp);
     return err;
+}
+
+int post_built_sends(Qp* qp, size_t tail, size_t n) {
+    bool lock_free;
+    {
+        const PostingState posting(qp, {IBV_QPS_RTS});
+        lock_free = posting.lock_free();
+        const ibv_qp_state state = posting.state();
+        if (!may_post_send(qp, state))
+            return EINVAL;
+        std::lock_guard lock(qp->sq_mutex);
+        // Only a post_send inside the ibv_wr_* section, which the verbs
+        // forbid, moves the tail.
+        if (qp->sq.tail() != tail || qp->sq.capacity() - qp->sq.size() < n)
+            return EINVAL;
+        qp->sq.commit_push(n);
+        if (state == IBV_QPS_ERR) {
+            for (; !qp->sq.empty(); qp->sq.pop())
+                flush_send(qp, qp->sq.front());
+            return 0;
+        }
+    }
+    flush_after_error(qp, lock_free, true);
+    if (n > 0)
+        transmit_posted(qp);
+    return 0;
 }
 
 int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
@@ -500,33 +636,42 @@ int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
         *bad_wr = wr;
         return EINVAL;
     }
-    std::lock_guard state_lock(qp->state_mutex);
-    if (qp->state == IBV_QPS_RESET) {
-        *bad_wr = wr;
-        return EINVAL;
-    }
-    std::lock_guard lock(qp->rq_mutex);
-    for (; wr; wr = wr->next) {
-        if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > qp->cap.max_recv_sge) {
+    int err = 0;
+    bool lock_free;
+    {
+        const PostingState posting(qp, {IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS});
+        lock_free = posting.lock_free();
+        const ibv_qp_state state = posting.state();
+        if (state == IBV_QPS_RESET) {
             *bad_wr = wr;
             return EINVAL;
         }
-        if (qp->rq.full()) {
+        std::lock_guard lock(qp->rq_mutex);
+        for (; wr; wr = wr->next) {
+            if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > qp->cap.max_recv_sge) {
+                err = EINVAL;
+                break;
+            }
+            if (qp->rq.full()) {
+                err = ENOMEM;
+                break;
+            }
+            RecvWqe& wqe = qp->rq.back_slot();
+            wqe.wr_id = wr->wr_id;
+            wqe.num_sge = static_cast<uint32_t>(wr->num_sge);
+            if (wqe.num_sge > 0)
+                std::memcpy(wqe.sge, wr->sg_list, wqe.num_sge * sizeof(ibv_sge));
+            qp->rq.commit_push();
+            if (state == IBV_QPS_ERR) {
+                flush_recv(qp, qp->rq.front());
+                qp->rq.pop();
+            }
+        }
+        if (err)
             *bad_wr = wr;
-            return ENOMEM;
-        }
-        RecvWqe& wqe = qp->rq.back_slot();
-        wqe.wr_id = wr->wr_id;
-        wqe.num_sge = static_cast<uint32_t>(wr->num_sge);
-        if (wqe.num_sge > 0)
-            std::memcpy(wqe.sge, wr->sg_list, wqe.num_sge * sizeof(ibv_sge));
-        qp->rq.commit_push();
-        if (qp->state == IBV_QPS_ERR) {
-            flush_recv(qp, qp->rq.front());
-            qp->rq.pop();
-        }
     }
-    return 0;
+    flush_after_error(qp, lock_free, false);
+    return err;
 }
 
 }  // namespace usiw

@@ -8,27 +8,8 @@
 
 namespace usiw {
 
-namespace {}  // namespace
-
-bool srq_take(Srq* srq, RecvWqe* out) {
-    std::lock_guard lock(srq->mutex);
-    if (srq->queue.empty())
-        return false;
-    *out = srq->queue.front();
-    srq->queue.pop();
-    // The limit event fires when taking a WQE leaves fewer than the armed
-    // limit, and disarms it until the application arms it again (as rxe and
-    // hardware do: arming alone never fires).
-    if (srq->limit != 0 && srq->queue.size() < srq->limit) {
-        srq->limit = 0;
-        srq->context->post_async_event(reinterpret_cast<uintptr_t>(&srq->vsrq.srq),
-                                       IBV_EVENT_SRQ_LIMIT_REACHED);
-    }
-    return true;
-}
-
 ibv_srq* create_srq(ibv_pd* ibpd, ibv_srq_init_attr* init) {
-    Pd* pd = to_pd(ibpd);
+    Pd* pd = protection_of(to_pd(ibpd));
     Context* ctx = pd->context;
     ibv_srq_attr& a = init->attr;
     if (a.max_wr == 0 || a.max_wr > kMaxSrqWr || a.max_sge == 0 || a.max_sge > kMaxSrqSge ||
@@ -44,10 +25,14 @@ ibv_srq* create_srq(ibv_pd* ibpd, ibv_srq_init_attr* init) {
         }
         ++ctx->srq_count;
     }
+    const DomainUse domain = use_domain(ibpd);
     auto* srq = new (std::nothrow) Srq;
-    if (srq)
-        srq->queue = Ring<RecvWqe>(a.max_wr);
+    if (srq && !srq->queue.allocate(a.max_wr, domain.memory.of(kSrqResource))) {
+        delete srq;
+        srq = nullptr;
+    }
     if (!srq) {
+        release_domain(ibpd);
         std::lock_guard lock(ctx->objects_mutex);
         --ctx->srq_count;
         errno = ENOMEM;
@@ -73,7 +58,9 @@ int destroy_srq(ibv_srq* ibsrq) {
         return EBUSY;
     Context* ctx = srq->context;
     srq->pd->users.fetch_sub(1);
-    delete srq;
+    ibv_pd* ibpd = ibsrq->pd;
+    delete srq;  // its queue goes back to the parent domain's allocator
+    release_domain(ibpd);
     std::lock_guard lock(ctx->objects_mutex);
     --ctx->srq_count;
     return 0;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The verbs surface of a usiw device: the verbs_context_ops table rdma-core
-// dispatches to, and the few entry points the glue and the datapath share.
+// dispatches to, and the few entry points the glue and connection
+// management call.
 // The ops validate their arguments and dispatch; the objects' behaviour
 // lives in cq.cc, qp.cc and srq.cc.
 #pragma once
@@ -16,25 +17,56 @@ const verbs_context_ops& context_ops();
 // device, else -1. Returns nullptr with errno set on failure.
 verbs_context* open_context(Device* device, int cmd_fd);
 
-// Posts a completion on `cq`, waking a waiting completion channel when the
-// CQ is armed for it. Overflow raises IBV_EVENT_CQ_ERR and loses the entry,
-// as on hardware.
-void cq_push(Cq* cq, const ibv_wc& wc, bool solicited);
+// The QP with this number in `ctx`, or nullptr (rdma_connect/accept may
+// name a QP by number when the application created it itself).
+Qp* find_qp(Context* ctx, uint32_t qp_num);
 
-// Moves a QP to the error state: every queued work request completes with
-// IBV_WC_WR_FLUSH_ERR. Called with qp->state_mutex held.
-void qp_enter_error(Qp* qp);
+// Checks one send work request against the QP's limits and fills `wqe`
+// from it; inline data is copied now, as the caller may reuse it. An errno
+// value when the request is invalid (verbs/qp.cc).
+int build_send_wqe(const Qp* qp, const ibv_send_wr* wr, SendWqe* wqe);
 
-// Takes the oldest receive WQE from an SRQ for an arriving message; false if
-// the SRQ is empty. Raises IBV_EVENT_SRQ_LIMIT_REACHED when armed and the
-// queue falls below the limit.
-bool srq_take(Srq* srq, RecvWqe* out);
+// Pushes the `n` work requests built in place in the send queue's free
+// slots from `tail` (Ring::at) and starts transmitting them, as post_send
+// does; EINVAL when the QP may not send, and then nothing is pushed.
+int post_built_sends(Qp* qp, size_t tail, size_t n);
 
-// The completion opcode that reports a send-queue work request.
-ibv_wc_opcode wc_opcode_for(ibv_wr_opcode op);
+// Takes up to `num_entries` completions from the CQ, without driving the
+// datapath (poll_cq does that when it finds none).
+int cq_take_entries(Cq* cq, int num_entries, ibv_wc* wc);
+
+// The protection domain behind a PD handed in by the application: itself,
+// or the one a parent domain extends.
+inline Pd* protection_of(Pd* pd) {
+    return pd->protection ? pd->protection : pd;
+}
+
+// What creating a QP, SRQ or CQ on a PD or parent domain takes from it
+// (verbs/domain.cc): the protection domain, the parent domain (held in use
+// until release_domain), where the queues' memory comes from, and whether
+// a thread domain makes the object single-threaded.
+struct DomainUse {
+    Pd* pd = nullptr;
+    Pd* parent = nullptr;
+    QueueMemory memory;
+    bool single_threaded = false;
+};
+DomainUse use_domain(ibv_pd* pd);
+void release_domain(ibv_pd* pd);
+int dealloc_parent_domain(Pd* domain);
+
+// Gives a QP created with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS its ibv_wr_*
+// calls (verbs/qp_ex.cc). EOPNOTSUPP when `send_ops_flags` asks for an
+// operation usiw does not have.
+int qp_ex_check(uint64_t send_ops_flags);
+void qp_ex_setup(Qp* qp, uint64_t send_ops_flags);
 
 // The ops, by object (defined in the matching .cc files).
 ibv_cq* create_cq(ibv_context* context, int cqe, ibv_comp_channel* channel, int comp_vector);
+// create_cq with the CQ's entries in `memory`; the CQ is not yet extended.
+Cq* cq_create(ibv_context* context, int cqe, ibv_comp_channel* channel, int comp_vector,
+              const QueueMemory& memory);
+ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr);
 int destroy_cq(ibv_cq* cq);
 int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc);
 int req_notify_cq(ibv_cq* cq, int solicited_only);
@@ -56,6 +88,9 @@ int query_srq(ibv_srq* srq, ibv_srq_attr* attr);
 int post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
 
 ibv_pd* alloc_pd(ibv_context* context);
+ibv_pd* alloc_parent_domain(ibv_context* context, ibv_parent_domain_init_attr* attr);
+ibv_td* alloc_td(ibv_context* context, ibv_td_init_attr* attr);
+int dealloc_td(ibv_td* td);
 int dealloc_pd(ibv_pd* pd);
 ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t hca_va, int access);
 int rereg_mr(verbs_mr* vmr, int flags, ibv_pd* pd, void* addr, size_t length, int access);

@@ -88,24 +88,6 @@ size_t FpduFramer::frame(const SegmentHeader& hdr, PayloadCursor& payload, size_
     return n;
 }
 
-MessageSegmenter::MessageSegmenter(const SegmentHeader& first, size_t message_size,
-                                   size_t max_payload) noexcept
-    : template_(first), message_size_(message_size), max_payload_(max_payload) {}
-
-SegmentHeader MessageSegmenter::next(size_t* payload_size) noexcept {
-    const size_t size = std::min(max_payload_, message_size_ - sent_);
-    SegmentHeader h = template_;
-    if (h.tagged())
-        h.to = template_.to + sent_;
-    else
-        h.mo = template_.mo + static_cast<uint32_t>(sent_);
-    sent_ += size;
-    h.last = sent_ == message_size_;
-    done_ = h.last;
-    *payload_size = size;
-    return h;
-}
-
 Deframer::Event Deframer::fail_with(const Fault& fault) noexcept {
     phase_ = Phase::kFailed;
     fault_ = fault;

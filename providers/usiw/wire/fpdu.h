@@ -13,6 +13,7 @@
 
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -81,20 +82,55 @@ class FpduFramer {
 // Splits one RDMAP message into DDP segments: the header fields of each
 // segment (tagged offset or message offset advancing, L on the last one) and
 // its payload size. The message's first-segment header is the template.
+// The transmit path keeps one per message and asks for each segment as
+// there is room for it; peek() and take() let it leave a segment for later
+// when its FPDU does not fit the batch. Inline: it runs once per FPDU.
 class MessageSegmenter {
   public:
+    MessageSegmenter() = default;
     // `first`: the header of the first segment (its to/mo are the start).
     // `message_size`: total payload. `max_payload`: per-FPDU limit (> 0).
-    MessageSegmenter(const SegmentHeader& first, size_t message_size, size_t max_payload) noexcept;
+    // `sent`: payload already carried by earlier segments, to resume a
+    // message part-way (less than `message_size`, or both 0).
+    MessageSegmenter(const SegmentHeader& first, size_t message_size, size_t max_payload,
+                     size_t sent = 0) noexcept
+        : template_(first), message_size_(message_size), max_payload_(max_payload), sent_(sent) {}
 
     bool done() const noexcept { return done_; }
-    // The next segment's header and payload size. Call only while !done().
-    SegmentHeader next(size_t* payload_size) noexcept;
+    // The message's first-segment header, as given.
+    const SegmentHeader& first() const noexcept { return template_; }
+    // Payload bytes of the segments taken so far.
+    size_t sent() const noexcept { return sent_; }
+
+    // The next segment's header and payload size, without taking it. Call
+    // only while !done().
+    SegmentHeader peek(size_t* payload_size) const noexcept {
+        const size_t size = std::min(max_payload_, message_size_ - sent_);
+        SegmentHeader h = template_;
+        if (h.tagged())
+            h.to = template_.to + sent_;
+        else
+            h.mo = template_.mo + static_cast<uint32_t>(sent_);
+        h.last = sent_ + size == message_size_;
+        *payload_size = size;
+        return h;
+    }
+    // Takes the segment peek() described.
+    void take(size_t payload_size) noexcept {
+        sent_ += payload_size;
+        done_ = sent_ == message_size_;
+    }
+    // peek() and take() in one.
+    SegmentHeader next(size_t* payload_size) noexcept {
+        const SegmentHeader h = peek(payload_size);
+        take(*payload_size);
+        return h;
+    }
 
   private:
-    SegmentHeader template_;
-    size_t message_size_;
-    size_t max_payload_;
+    SegmentHeader template_{};
+    size_t message_size_ = 0;
+    size_t max_payload_ = 1;
     size_t sent_ = 0;
     bool done_ = false;
 };

@@ -497,6 +497,71 @@ bool decode_terminate_payload(const TerminateFields& fields, std::span<const std
     return true;
 }
 
+const char* stag_error_message(StagError error) noexcept {
+    switch (error) {
+        case StagError::kNone:
+            return "access allowed";
+        case StagError::kInvalidStag:
+            return "no memory region with this STag (unknown index or wrong key)";
+        case StagError::kNotAssociated:
+            return "the memory region belongs to another protection domain";
+        case StagError::kAccessRights:
+            return "the memory region does not grant this access";
+        case StagError::kBaseBounds:
+            return "the access lies outside the memory region";
+        case StagError::kToWrap:
+            return "tagged offset plus length passes 2^64";
+    }
+    return "unknown STag error";
+}
+
+TermCause stag_error_cause(StagError error, StagUse use) noexcept {
+    const bool tagged = use == StagUse::kTaggedSink;
+    switch (error) {
+        case StagError::kInvalidStag:
+            return tagged ? term::kTaggedInvalidStag : term::kInvalidStag;
+        case StagError::kNotAssociated:
+            return tagged ? term::kTaggedStagNotAssociated : term::kStagNotAssociated;
+        case StagError::kAccessRights:
+            return term::kAccessRights;
+        case StagError::kToWrap:
+            return tagged ? term::kTaggedToWrap : term::kToWrap;
+        case StagError::kNone:
+        case StagError::kBaseBounds:
+            break;
+    }
+    return tagged ? term::kTaggedBaseBounds : term::kBaseBounds;
+}
+
+TerminateFields terminate_fields(const TermCause& cause,
+                                 std::span<const std::byte> offending) noexcept {
+    TerminateFields f;
+    f.cause = cause;
+    const bool has_header = offending.size() >= kControlSize;
+    const bool ddp_error =
+        cause.layer == TermLayer::kDdp && cause.etype != term::kDdpLocalCatastrophic;
+    const bool rdmap_remote =
+        cause.layer == TermLayer::kRdmap && cause.etype != term::kRdmapLocalCatastrophic;
+    f.has_ulpdu_length = f.has_ddp_header = has_header && (ddp_error || rdmap_remote);
+    const bool read_request =
+        has_header && (std::to_integer<uint8_t>(offending[kRdmapControl]) & kRdmapOpcodeMask) ==
+                          static_cast<uint8_t>(Opcode::kReadRequest);
+    f.has_rdmap_header = read_request && cause.layer == TermLayer::kRdmap &&
+                         cause.etype == term::kRdmapRemoteProtection;
+    std::byte scratch[kMaxTerminatePayload];
+    if ((f.has_ddp_header || f.has_rdmap_header) &&
+        encode_terminate_payload(f, offending, scratch) == 0)
+        f.has_ulpdu_length = f.has_ddp_header = f.has_rdmap_header = false;
+    return f;
+}
+
+bool term_cause_is_protection(const TermCause& c) noexcept {
+    if (c.layer == TermLayer::kRdmap)
+        return c.etype == term::kRdmapRemoteProtection;
+    return c.layer == TermLayer::kDdp && c.etype == term::kDdpTaggedBuffer &&
+           c != term::kTaggedDdpVersion;
+}
+
 bool term_cause_defined(const TermCause& c) noexcept {
     return term_cause_name(c) != nullptr;
 }

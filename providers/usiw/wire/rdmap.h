@@ -312,4 +312,50 @@ bool term_cause_defined(const TermCause& cause) noexcept;
 // A short description of a defined cause; nullptr for an undefined one.
 const char* term_cause_name(const TermCause& cause) noexcept;
 
+// ---------------------------------------------------------------------------
+// Terminate rules: which cause a violation is reported with, what the
+// Terminate copies back, and what a cause means to the verbs. The receive
+// and transmit paths decide nothing of this themselves.
+
+// What an access through an STag can violate, in the terms RFC 5040
+// section 7.2 and RFC 5041 section 7.2 use (mem/'s STag table reports its
+// checks with these).
+enum class StagError : uint8_t {
+    kNone,
+    kInvalidStag,    // no live region with this index and key
+    kNotAssociated,  // the region is not associated with this stream (another PD)
+    kAccessRights,   // the region does not grant the access
+    kBaseBounds,     // [to, to + length) is not inside the region
+    kToWrap,         // to + length passes 2^64
+};
+const char* stag_error_message(StagError error) noexcept;
+
+// Whose STag an access named: the sink of a tagged DDP segment (RDMA Write,
+// Read Response), checked by DDP; or the data source of a Read Request,
+// checked by RDMAP.
+enum class StagUse : uint8_t { kTaggedSink, kReadSource };
+
+// The Terminate cause for a failed STag check: a DDP tagged buffer error
+// for a tagged segment's sink (except access rights, for which DDP has no
+// code: RDMAP's), an RDMAP remote protection error for a Read Request's
+// source.
+TermCause stag_error_cause(StagError error, StagUse use) noexcept;
+
+// Which parts of the offending FPDU a Terminate for `cause` carries back
+// (RFC 5040 section 7.2, figure 10). `offending` holds that FPDU's header
+// bytes from its MPA length on, as many as had arrived. A DDP error other
+// than local catastrophic, and an RDMAP remote error, copy the segment
+// length and the DDP header; a remote protection error on a Read Request
+// also its RDMAP header. When `offending` is too short for what would be
+// copied (a fault found in the first 4 bytes), nothing is.
+TerminateFields terminate_fields(const TermCause& cause,
+                                 std::span<const std::byte> offending) noexcept;
+
+// True if `cause` reports a memory protection violation: an RDMAP remote
+// protection error, or a DDP tagged buffer error other than an invalid DDP
+// version. The verbs report these as access errors (the responder's
+// IBV_EVENT_QP_ACCESS_ERR, the requester's IBV_WC_REM_ACCESS_ERR); every
+// other cause as a fatal or remote operation error.
+bool term_cause_is_protection(const TermCause& cause) noexcept;
+
 }  // namespace usiw::wire

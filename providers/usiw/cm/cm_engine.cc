@@ -1,0 +1,287 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+// Threading model of connection management.
+//
+// Threads. The application calls rdma_* on any threads. One engine thread
+// per process (started by the first rdma_* call that needs it) waits in
+// epoll_wait on every socket the CM owns (listening sockets, connections
+// in TCP connect or MPA exchange) plus an eventfd for wake-ups, with the
+// nearest timer as timeout. Datapath threads tell the CM that a stream
+// ended (StreamObserver::stream_ended), possibly holding QP locks.
+//
+// Locking. One lock, the CM lock (cm_mutex()), protects all CM state: ids,
+// connections, listeners, and this engine's registrations and timers. The
+// engine thread holds it while it handles a batch of events, timers and
+// inbox items; an rdma_* call holds it while it validates and changes
+// state. Nobody holds it while blocking: sockets are non-blocking, and a
+// call that waits for its event (synchronous ids) drops it first. Connection
+// management is rare and brief next to the datapath, so one lock costs
+// nothing and makes every transition atomic with respect to every other.
+//
+// The datapath must not take the CM lock (it may call stream_ended with a
+// QP lock held, while an rdma_* call holding the CM lock is inside
+// qp_disconnect waiting for that QP lock). So stream_ended only links the
+// connection into the inbox under its own leaf lock and wakes the engine;
+// the inbox is run under the CM lock by the engine, or by an rdma_* call
+// that must see it first (drain_inbox()).
+//
+// Lifetime. epoll data carries a token, not a pointer: a client that goes
+// away drops its token, and an event already fetched for it finds nothing.
+// Clients are freed by retire() after the batch, so a handler may retire
+// itself.
+#include "cm/cm_engine.h"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <system_error>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "cm/unique_fd.h"
+#include "verbs/log.h"
+
+namespace usiw::cm {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr uint64_t kWakeToken = 0;
+constexpr int kMaxEventsPerWait = 64;
+
+// Runs one piece of CM work on the engine thread. Nothing may escape: an
+// exception here (only std::bad_alloc can be thrown) would end the process.
+template <typename Work>
+void shielded(Work&& work) noexcept {
+    try {
+        work();
+    } catch (const std::exception& e) {
+        log_error("rdma_cm: CM engine: %s; that connection's work is lost", e.what());
+    }
+}
+
+}  // namespace
+
+struct Engine::Impl {
+    UniqueFd epoll_fd;
+    UniqueFd wake_fd;  // eventfd: the inbox has work, or a timer moved earlier
+    std::once_flag start_once;
+    int start_error = 0;
+    std::atomic<bool> started{false};
+
+    // With the CM lock:
+    uint64_t next_token = 1;
+    std::unordered_map<uint64_t, EngineClient*> watched;
+    std::multimap<Clock::time_point, EngineClient*> timers;
+    std::unordered_map<EngineClient*, std::multimap<Clock::time_point, EngineClient*>::iterator>
+        timer_of;
+    std::vector<EngineClient*> retired;
+
+    std::mutex inbox_mutex;  // protects inbox_head / inbox_tail; a leaf lock
+    InboxItem* inbox_head = nullptr;
+    InboxItem* inbox_tail = nullptr;
+
+    void wake() {
+        const uint64_t one = 1;
+        if (wake_fd && write(wake_fd.get(), &one, sizeof one) < 0 && errno != EAGAIN)
+            log_error("rdma_cm: cannot wake the CM engine: %s", strerror(errno));
+    }
+};
+
+std::mutex& cm_mutex() {
+    static auto* mutex = new std::mutex;  // never destroyed: the engine may outlive statics
+    return *mutex;
+}
+
+Engine& Engine::get() {
+    static auto* engine = new Engine;
+    return *engine;
+}
+
+Engine::Engine() : impl_(new Impl) {}
+
+int Engine::start_locked() {
+    return start();
+}
+
+int Engine::start() {
+    std::call_once(impl_->start_once, [this] { impl_->start_error = start_thread(); });
+    return impl_->start_error;
+}
+
+int Engine::start_thread() {
+    impl_->epoll_fd.reset(epoll_create1(EPOLL_CLOEXEC));
+    impl_->wake_fd.reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    if (!impl_->epoll_fd || !impl_->wake_fd)
+        return errno;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = kWakeToken;
+    if (epoll_ctl(impl_->epoll_fd.get(), EPOLL_CTL_ADD, impl_->wake_fd.get(), &ev) != 0)
+        return errno;
+    try {
+        std::thread([this] { run(); }).detach();
+    } catch (const std::system_error& e) {
+        return e.code().value() ? e.code().value() : EAGAIN;
+    }
+    impl_->started.store(true);
+    return 0;
+}
+
+uint64_t Engine::watch(int fd, uint32_t events, EngineClient* client) {
+    if (int err = start_locked()) {
+        errno = err;
+        return 0;
+    }
+    const uint64_t token = impl_->next_token++;
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.u64 = token;
+    if (epoll_ctl(impl_->epoll_fd.get(), EPOLL_CTL_ADD, fd, &ev) != 0)
+        return 0;
+    impl_->watched[token] = client;
+    return token;
+}
+
+int Engine::rewatch(uint64_t token, int fd, uint32_t events) {
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.u64 = token;
+    return epoll_ctl(impl_->epoll_fd.get(), EPOLL_CTL_MOD, fd, &ev) == 0 ? 0 : errno;
+}
+
+void Engine::unwatch(uint64_t* token, int fd) {
+    if (*token == 0)
+        return;
+    epoll_ctl(impl_->epoll_fd.get(), EPOLL_CTL_DEL, fd, nullptr);
+    impl_->watched.erase(*token);
+    *token = 0;
+}
+
+void Engine::arm_timer(EngineClient* client, int milliseconds) {
+    cancel_timer(client);
+    if (start_locked() != 0) {
+        log_error("rdma_cm: no CM engine: timer lost");
+        return;
+    }
+    const auto when = Clock::now() + std::chrono::milliseconds(milliseconds);
+    const bool earliest = impl_->timers.empty() || when < impl_->timers.begin()->first;
+    impl_->timer_of[client] = impl_->timers.emplace(when, client);
+    if (earliest)
+        impl_->wake();  // the engine may be sleeping on a later deadline
+}
+
+void Engine::cancel_timer(EngineClient* client) {
+    auto it = impl_->timer_of.find(client);
+    if (it == impl_->timer_of.end())
+        return;
+    impl_->timers.erase(it->second);
+    impl_->timer_of.erase(it);
+}
+
+void Engine::retire(EngineClient* client) {
+    cancel_timer(client);
+    for (auto it = impl_->watched.begin(); it != impl_->watched.end();) {
+        if (it->second == client)
+            it = impl_->watched.erase(it);
+        else
+            ++it;
+    }
+    impl_->retired.push_back(client);
+    if (impl_->started.load())
+        impl_->wake();  // freed at the end of the engine's next batch
+    else
+        free_retired();
+}
+
+void Engine::free_retired() {
+    std::vector<EngineClient*> retired;
+    retired.swap(impl_->retired);
+    for (EngineClient* c : retired)
+        delete c;
+}
+
+void Engine::post(InboxItem* item) {
+    {
+        std::lock_guard lock(impl_->inbox_mutex);
+        item->next_in_inbox_ = nullptr;
+        if (impl_->inbox_tail)
+            impl_->inbox_tail->next_in_inbox_ = item;
+        else
+            impl_->inbox_head = item;
+        impl_->inbox_tail = item;
+    }
+    impl_->wake();
+}
+
+void Engine::drain_inbox() {
+    for (;;) {
+        InboxItem* item;
+        {
+            std::lock_guard lock(impl_->inbox_mutex);
+            item = impl_->inbox_head;
+            if (!item)
+                return;
+            impl_->inbox_head = item->next_in_inbox_;
+            if (!impl_->inbox_head)
+                impl_->inbox_tail = nullptr;
+        }
+        item->run_in_engine();
+    }
+}
+
+void Engine::run_timers() {
+    const auto now = Clock::now();
+    while (!impl_->timers.empty() && impl_->timers.begin()->first <= now) {
+        EngineClient* client = impl_->timers.begin()->second;
+        impl_->timers.erase(impl_->timers.begin());
+        impl_->timer_of.erase(client);
+        client->on_timer();
+    }
+}
+
+void Engine::run() {
+    epoll_event events[kMaxEventsPerWait];
+    for (;;) {
+        int timeout_ms = -1;
+        {
+            std::lock_guard lock(cm_mutex());
+            if (!impl_->timers.empty()) {
+                const auto left = impl_->timers.begin()->first - Clock::now();
+                const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
+                timeout_ms = ms < 0 ? 0 : static_cast<int>(std::min<long long>(ms, 60000));
+            }
+        }
+        const int n = epoll_wait(impl_->epoll_fd.get(), events, kMaxEventsPerWait, timeout_ms);
+        if (n < 0 && errno != EINTR) {
+            log_error("rdma_cm: CM engine stopped: epoll_wait: %s", strerror(errno));
+            return;
+        }
+        std::lock_guard lock(cm_mutex());
+        for (int i = 0; i < n; ++i) {
+            const uint64_t token = events[i].data.u64;
+            if (token == kWakeToken) {
+                uint64_t count;
+                while (read(impl_->wake_fd.get(), &count, sizeof count) > 0) {
+                }
+                continue;
+            }
+            auto it = impl_->watched.find(token);
+            if (it != impl_->watched.end())
+                shielded([&] { it->second->on_io(events[i].events); });
+        }
+        shielded([this] { drain_inbox(); });
+        shielded([this] { run_timers(); });
+        free_retired();
+    }
+}
+
+}  // namespace usiw::cm

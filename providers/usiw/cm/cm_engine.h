@@ -1,0 +1,90 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+// The CM engine: the thread that moves connection management forward while
+// the application is elsewhere: non-blocking TCP connects, accepts, MPA
+// frames in and out, timeouts, and the datapath's word that a stream ended.
+// See cm_engine.cc for the threading model.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+
+namespace usiw::cm {
+
+// The CM lock: protects every id's and connection's CM state, the engine's
+// registrations and timers. Taken by the rdma_* calls and by the engine
+// thread around all the work it does; never held while waiting for an
+// event. Lock order: CM lock, then EventChannel::queue_mutex, then
+// EventCounts' lock, then the engine's inbox lock; the CM lock may be held
+// when calling into the verbs layer and the datapath (which never call back
+// into the CM except through StreamObserver, which only posts to the
+// inbox).
+std::mutex& cm_mutex();
+
+// Something the engine watches: its fd events and its one timer.
+class EngineClient {
+  public:
+    virtual ~EngineClient() = default;
+    virtual void on_io(uint32_t events) = 0;  // epoll events
+    virtual void on_timer() = 0;
+};
+
+// Work handed in from another thread (the datapath) that must run under
+// the CM lock. Intrusive, so posting never allocates.
+class InboxItem {
+  public:
+    virtual void run_in_engine() = 0;
+
+  protected:
+    ~InboxItem() = default;
+
+  private:
+    friend class Engine;
+    InboxItem* next_in_inbox_ = nullptr;
+};
+
+class Engine {
+  public:
+    // The process's engine, thread started on first use. All members but
+    // post() need the CM lock.
+    static Engine& get();
+
+    // Watches `fd` for `events` (EPOLLIN/EPOLLOUT; level-triggered) on
+    // behalf of `client`. Returns a token (never 0), or 0 with errno.
+    uint64_t watch(int fd, uint32_t events, EngineClient* client);
+    int rewatch(uint64_t token, int fd, uint32_t events);
+    // Stops watching; a stale event for the token is dropped.
+    void unwatch(uint64_t* token, int fd);
+
+    // The client's one timer, replacing any earlier one.
+    void arm_timer(EngineClient* client, int milliseconds);
+    void cancel_timer(EngineClient* client);
+
+    // Frees `client` once the engine can no longer be inside it (its fd
+    // unwatched and timer cancelled first).
+    void retire(EngineClient* client);
+
+    // From any thread, any locks but the CM lock held: runs item under the
+    // CM lock on the engine thread (or in drain_inbox(), whichever first).
+    void post(InboxItem* item);
+    // Starts the engine's thread if it is not running; safe with or without
+    // the CM lock (hooks of the verbs layer may run under it). 0 or errno.
+    int start();
+
+    // Runs what was posted. An rdma_* call does this before it touches
+    // something the datapath may have reported on (a QP the application
+    // destroyed reports its stream's end synchronously).
+    void drain_inbox();
+
+  private:
+    Engine();
+    void run();
+    void run_timers();
+    void free_retired();
+    int start_locked();
+    int start_thread();
+
+    struct Impl;
+    Impl* impl_;
+};
+
+}  // namespace usiw::cm

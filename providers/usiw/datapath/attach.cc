@@ -1,0 +1,136 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+// A stream's life on its QP: attachment (connection management hands over
+// a connected socket), orderly disconnect, and what the verbs layer does to
+// it when the application moves the QP to ERR or RESET or destroys it. How
+// a stream ends is stream_end.cc's; the completions an end produces are
+// completion.cc's.
+#include "datapath/attach.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <mutex>
+#include <new>
+
+#include "datapath/completion.h"
+#include "datapath/datapath.h"
+#include "datapath/progress.h"
+#include "datapath/stream.h"
+
+namespace usiw {
+
+int qp_attach_stream(Qp* qp, StreamParams&& params, StreamObserver* observer) {
+    auto* s = new (std::nothrow) Stream;
+    if (!s) {
+        close(params.fd);
+        return ENOMEM;
+    }
+    s->qp = qp;
+    s->context = qp->context;
+    s->fd = params.fd;
+    s->observer = observer;
+    s->params = std::move(params);
+    if (s->params.max_fpdu == 0)
+        s->params.max_fpdu = 1448 & ~size_t{7};
+    s->deframer =
+        wire::Deframer(wire::Deframer::Config{s->params.crc, {}, s->params.terminate_layout});
+    s->tx_held.store(s->params.hold_tx_until_first_rx);
+    s->rtr_pending = s->params.initiator && s->params.send_rtr != wire::kRtrNone;
+    const int one = 1;
+    setsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    stream_setup_zerocopy(s);
+    {
+        std::lock_guard lock(qp->state_mutex);
+        const bool keep = s->params.keep_qp_state;
+        const bool ready = keep ? qp->state == IBV_QPS_RTR || qp->state == IBV_QPS_RTS
+                                : qp->state == IBV_QPS_INIT || qp->state == IBV_QPS_RTR;
+        if (qp->stream.load() || !ready) {
+            close(s->fd);
+            delete s;
+            return EINVAL;
+        }
+        qp->stream.store(s);
+        if (!keep) {
+            qp->state = IBV_QPS_RTS;
+            qp->vqp.qp.state = IBV_QPS_RTS;
+        }
+    }
+    s->in_epoll.store(true);
+    if (int err = engine_add(s)) {
+        s->in_epoll.store(false);
+        stream_fail(s, StreamEnd::kPeerReset, err);
+        return err;
+    }
+    // Bytes that came with the MPA frame go at once. So does the RTR, and
+    // work posted before the stream was up (a QP connected by
+    // ibv_modify_qp may be in RTS already).
+    if (!s->params.received.empty())
+        stream_receive(s);
+    if (s->rtr_pending || s->params.keep_qp_state)
+        stream_transmit(s, true);
+    return 0;
+}
+
+void qp_disconnect(Qp* qp) {
+    Stream* s = nullptr;
+    {
+        std::lock_guard lock(qp->state_mutex);
+        s = qp->stream.load();
+    }
+    if (!s || s->ended.load())
+        return;
+    s->fin_after_drain.store(true);
+    stream_transmit(s, true);
+}
+
+void qp_stream_error(Qp* qp) {
+    Stream* s = qp->stream.load();
+    const bool ended_now = s && stream_end_locked(s, SHUT_RDWR);
+    if (ended_now)
+        stream_notify_end(s, StreamEnd::kLocalDisconnect, 0);
+    qp_enter_error(qp);  // work in flight completed first, then what is queued
+}
+
+void qp_stream_reset(Qp* qp) {
+    Stream* s = qp->stream.load();
+    if (!s)
+        return;
+    const bool was_live = stream_end_locked(s, SHUT_RDWR, false);
+    qp->stream.store(nullptr);
+    qp->old_streams.push_back(s);
+    if (was_live)
+        stream_notify_end(s, StreamEnd::kLocalDisconnect, 0);
+}
+
+void qp_stream_destroy(Qp* qp) {
+    std::vector<Stream*> streams;
+    {
+        std::lock_guard lock(qp->state_mutex);
+        streams.swap(qp->old_streams);
+        if (Stream* s = qp->stream.load())
+            streams.push_back(s);
+    }
+    for (Stream* s : streams) {
+        {
+            // Wait out any thread inside the stream, then cut it off the QP.
+            std::lock_guard rx(s->rx_mutex);
+            std::lock_guard tx(s->tx_mutex);
+            s->dead.store(true);
+        }
+        bool was_live = false;
+        {
+            std::lock_guard lock(qp->state_mutex);
+            was_live = stream_end_locked(s, SHUT_RDWR, false);
+            if (qp->stream.load() == s)
+                qp->stream.store(nullptr);
+        }
+        if (was_live)
+            stream_notify_end(s, StreamEnd::kLocalDisconnect, 0);
+        engine_retire(s);
+    }
+}
+
+}  // namespace usiw

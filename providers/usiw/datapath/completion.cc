@@ -1,0 +1,225 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+// The completion home: ibv_wc built in two places, CQ entries and channel
+// events, in-order delivery of work in flight, flushing, the QP's error
+// state and asynchronous events (completion.h says who calls what).
+#include "datapath/completion.h"
+
+#include <unistd.h>
+
+#include "datapath/stream.h"
+#include "verbs/log.h"
+
+namespace usiw {
+
+namespace {
+
+// ib_uverbs_comp_event_desc: what ibv_get_cq_event reads from the channel.
+struct CompEventRecord {
+    uint64_t cq_handle;
+};
+
+// ib_uverbs_async_event_desc: what ibv_get_async_event reads.
+struct AsyncEventRecord {
+    uint64_t element;
+    uint32_t event_type;
+    uint32_t reserved;
+};
+static_assert(sizeof(AsyncEventRecord) == 16);
+
+void notify_channel(Cq* cq) {
+    const CompEventRecord record{reinterpret_cast<uintptr_t>(&cq->vcq.cq)};
+    if (write(cq->channel->write_fd, &record, sizeof record) != sizeof record)
+        log_error("completion event for CQ %p lost: the channel's %s", static_cast<void*>(cq),
+                  "events are not being read");
+}
+
+// Posts a completion on `cq`. A CQ push never takes another object's lock,
+// so completions can be posted from any path.
+void cq_push(Cq* cq, const ibv_wc& wc, bool solicited) {
+    bool notify = false;
+    bool overflow = false;
+    {
+        std::lock_guard lock(cq->mutex);
+        if (!cq->entries.push(wc)) {
+            overflow = !cq->overflowed;
+            cq->overflowed = true;
+        } else if (cq->armed == Cq::Arm::kNext || (cq->armed == Cq::Arm::kSolicited &&
+                                                   (solicited || wc.status != IBV_WC_SUCCESS))) {
+            cq->armed = Cq::Arm::kNone;
+            notify = cq->channel != nullptr;
+        }
+    }
+    if (overflow) {
+        log_error("CQ %p overflowed (%zu entries): completions are being lost",
+                  static_cast<void*>(cq), cq->entries.capacity());
+        post_async_event(cq->context, reinterpret_cast<uintptr_t>(&cq->vcq.cq), IBV_EVENT_CQ_ERR);
+    }
+    if (notify)
+        notify_channel(cq);
+}
+
+// The completion opcode that reports a send-queue work request.
+ibv_wc_opcode wc_opcode_for(ibv_wr_opcode op) {
+    switch (op) {
+        case IBV_WR_RDMA_WRITE:
+        case IBV_WR_RDMA_WRITE_WITH_IMM:
+            return IBV_WC_RDMA_WRITE;
+        case IBV_WR_RDMA_READ:
+            return IBV_WC_RDMA_READ;
+        case IBV_WR_LOCAL_INV:
+            return IBV_WC_LOCAL_INV;
+        default:
+            return IBV_WC_SEND;
+    }
+}
+
+// The request numbered `seq`, or nullptr once it has left the window.
+// Called with completion_mutex held.
+InflightWqe* find_inflight(Stream* s, uint64_t seq) {
+    if (seq < s->inflight_base || seq - s->inflight_base >= s->inflight.size())
+        return nullptr;
+    return &s->inflight[seq - s->inflight_base];
+}
+
+// Delivers the completions at the front that are done. Called with
+// completion_mutex held.
+void deliver_in_order(Stream* s) {
+    while (!s->inflight.empty() && s->inflight.front().done) {
+        const InflightWqe& w = s->inflight.front();
+        if (w.signaled || w.status != IBV_WC_SUCCESS)
+            complete_send_wqe(s->qp, w.wr_id, w.opcode, w.status, w.byte_len);
+        s->inflight.pop_front();
+        ++s->inflight_base;
+    }
+}
+
+}  // namespace
+
+void complete_send_wqe(Qp* qp, uint64_t wr_id, ibv_wr_opcode opcode, ibv_wc_status status,
+                       uint32_t byte_len) {
+    ibv_wc wc{};
+    wc.wr_id = wr_id;
+    wc.status = status;
+    wc.opcode = wc_opcode_for(opcode);
+    wc.byte_len = byte_len;
+    wc.qp_num = qp->vqp.qp.qp_num;
+    cq_push(qp->send_cq, wc, false);
+}
+
+void complete_recv_wqe(Qp* qp, uint64_t wr_id, ibv_wc_status status, uint32_t byte_len,
+                       unsigned wc_flags, uint32_t invalidated_rkey, bool solicited) {
+    ibv_wc wc{};
+    wc.wr_id = wr_id;
+    wc.status = status;
+    wc.opcode = IBV_WC_RECV;
+    wc.byte_len = byte_len;
+    wc.qp_num = qp->vqp.qp.qp_num;
+    wc.wc_flags = wc_flags;
+    if (wc_flags & IBV_WC_WITH_INV)
+        wc.invalidated_rkey = invalidated_rkey;
+    cq_push(qp->recv_cq, wc, solicited);
+}
+
+void inflight_complete(Stream* s, std::span<const uint64_t> seqs, uint32_t byte_len) {
+    if (seqs.empty())
+        return;
+    std::lock_guard lock(s->completion_mutex);
+    for (uint64_t seq : seqs) {
+        InflightWqe* w = find_inflight(s, seq);
+        if (!w)
+            continue;
+        w->done = true;
+        if (w->opcode == IBV_WR_RDMA_READ)
+            w->byte_len = byte_len;
+    }
+    deliver_in_order(s);
+}
+
+void inflight_mark_failed(Stream* s, uint64_t seq, ibv_wc_status status) {
+    std::lock_guard lock(s->completion_mutex);
+    if (InflightWqe* w = find_inflight(s, seq)) {
+        w->done = true;
+        w->status = status;
+    }
+}
+
+void complete_current_recv(Stream* s, ibv_wc_status status, uint32_t byte_len, unsigned wc_flags,
+                           uint32_t invalidated_rkey, bool solicited) {
+    std::lock_guard lock(s->completion_mutex);
+    if (!s->rx_have_wqe)
+        return;
+    s->rx_have_wqe = false;
+    complete_recv_wqe(s->qp, s->rx_wqe.wr_id, status, byte_len, wc_flags, invalidated_rkey,
+                      solicited);
+}
+
+void stream_flush(Stream* s, bool deliver, bool keep_inbound_reads) {
+    std::lock_guard lock(s->completion_mutex);
+    if (!deliver) {
+        s->inflight.clear();
+        s->inflight_base = 0;
+        s->rx_have_wqe = false;
+    }
+    // Verbs order: once a work request is flushed, every later one is too,
+    // even one that had already gone out but waited behind it.
+    bool flushing = false;
+    for (InflightWqe& w : s->inflight) {
+        flushing = flushing || !w.done;
+        if (flushing) {
+            w.done = true;
+            if (w.status == IBV_WC_SUCCESS)
+                w.status = IBV_WC_WR_FLUSH_ERR;
+        }
+    }
+    deliver_in_order(s);
+    // A receive already bound to a Send that will never finish comes first
+    // among the flushed receives.
+    if (s->rx_have_wqe) {
+        s->rx_have_wqe = false;
+        complete_recv_wqe(s->qp, s->rx_wqe.wr_id, IBV_WC_WR_FLUSH_ERR, 0, 0, 0, false);
+    }
+    for (const OutboundRead& r : s->orq)
+        if (r.mapped)
+            s->context->stags.remove(r.sink_stag);
+    s->orq.clear();
+    if (!keep_inbound_reads)
+        s->irq.clear();
+}
+
+void qp_enter_error(Qp* qp) {
+    qp->state = IBV_QPS_ERR;
+    qp->vqp.qp.state = IBV_QPS_ERR;
+    {
+        std::lock_guard lock(qp->sq_mutex);
+        for (; !qp->sq.empty(); qp->sq.pop()) {
+            const SendWqe& wqe = qp->sq.front();
+            complete_send_wqe(qp, wqe.wr_id, wqe.opcode, IBV_WC_WR_FLUSH_ERR, 0);
+        }
+    }
+    {
+        std::lock_guard lock(qp->rq_mutex);
+        for (; !qp->rq.empty(); qp->rq.pop())
+            complete_recv_wqe(qp, qp->rq.front().wr_id, IBV_WC_WR_FLUSH_ERR, 0, 0, 0, false);
+    }
+    if (qp->srq)
+        post_qp_event(qp, IBV_EVENT_QP_LAST_WQE_REACHED);
+}
+
+void post_async_event(Context* ctx, uint64_t element, ibv_event_type type) {
+    const AsyncEventRecord record{element, static_cast<uint32_t>(type), 0};
+    // The write end is non-blocking: a datapath thread must never wait for an
+    // application that does not read its events. A pipe holds 4096 records.
+    if (write(ctx->async_write_fd, &record, sizeof record) != sizeof record)
+        log_error("%s: async event %s lost: the application has %s", ctx->device->name.c_str(),
+                  ibv_event_type_str(type), "not read its queued async events");
+}
+
+void post_qp_event(Qp* qp, ibv_event_type type) {
+    post_async_event(qp->context, reinterpret_cast<uintptr_t>(&qp->vqp.qp), type);
+}
+
+void post_srq_event(Srq* srq, ibv_event_type type) {
+    post_async_event(srq->context, reinterpret_cast<uintptr_t>(&srq->vsrq.srq), type);
+}
+
+}  // namespace usiw

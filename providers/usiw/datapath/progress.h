@@ -1,0 +1,36 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+// The progress engine: the work of every attached stream's socket, in one
+// epoll set per process: receiving (and so serving RDMA Write and Read
+// requests) and resuming transmission when a full socket has room again.
+// Its own thread ("usiw-progress") does that work while the application
+// sleeps; an application thread that busy-polls a CQ does it instead, for
+// every stream, from poll_cq, and the engine's thread then steps aside.
+//
+// Lifetime. The engine refers to streams, not QPs. A QP being destroyed
+// detaches its stream (marks it dead, removes its fd) and hands it to
+// retire(); the engine frees it after the epoll batch in which a stale event
+// for it could still be seen.
+#pragma once
+
+#include "verbs/objects.h"
+
+namespace usiw {
+
+// Starts the engine if needed and watches `stream`'s socket for input.
+int engine_add(Stream* stream);
+// Asks for a writable notification (after a short write).
+void engine_want_writable(Stream* stream, bool want);
+// Stops watching and frees the stream once no event can refer to it.
+void engine_retire(Stream* stream);
+
+// For the verbs layer. cq_progress: poll_cq found its CQ empty; the
+// calling thread collects the CQ's QPs' zero-copy notifications and does
+// one round of the engine's work, for every stream, without waiting, so a
+// polling application need not wait for the engine's thread to wake (while
+// an application busy-polls, the engine's own thread leaves the work to
+// it). cq_stop_polling: the application armed the CQ, to sleep until a
+// completion; the engine's thread takes over the work at once.
+void cq_progress(Cq* cq);
+void cq_stop_polling(Cq* cq);
+
+}  // namespace usiw

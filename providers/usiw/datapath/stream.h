@@ -1,0 +1,210 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+// The state of one connected iWARP stream (one QP's TCP connection): what
+// the transmit path (tx.cc) and the receive path (rx.cc) keep between calls.
+//
+// Threading. Transmission runs in the thread that posts work when the socket
+// has room (direct sending) and otherwise in the progress engine's thread
+// when the socket becomes writable again (asynchronous sending); `tx_mutex`
+// makes one of them the transmitter at a time, and `tx_pending` makes sure
+// work posted while another thread transmits is never stranded. Reception
+// runs in the engine's thread (or in poll_cq, inline) under `rx_mutex`.
+// Completions are generated in posting order through `inflight`, guarded by
+// `completion_mutex`. Lock order: rx_mutex, tx_mutex, Qp::sq_mutex,
+// completion_mutex, Cq::mutex.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <array>
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "datapath/attach.h"
+#include "host/settings.h"
+#include "wire/fpdu.h"
+
+namespace usiw {
+
+static_assert(kMaxRecvSge <= kMaxSgeRd, "receive and read scatter lists share one array");
+
+// A local destination or source resolved from an SGE: memory the access
+// checks have already approved.
+struct LocalSegment {
+    std::byte* addr = nullptr;
+    uint32_t length = 0;
+    uint32_t lkey = 0;
+};
+
+// A send-queue work request that has left the send queue and awaits its
+// completion (in posting order).
+struct InflightWqe {
+    uint64_t wr_id = 0;
+    ibv_wr_opcode opcode = IBV_WR_SEND;
+    bool signaled = false;
+    bool done = false;
+    ibv_wc_status status = IBV_WC_SUCCESS;
+    uint32_t byte_len = 0;
+};
+
+// An RDMA READ we issued and whose response has not fully arrived (the
+// outbound read queue, ORD deep).
+struct OutboundRead {
+    uint64_t inflight_seq = 0;  // its InflightWqe
+    uint32_t sink_stag = 0;     // the STag we named in the Read Request
+    uint64_t sink_to = 0;       // the tagged offset we named
+    uint32_t size = 0;
+    uint32_t received = 0;
+    bool mapped = false;  // sink_stag is a mapped read-destination STag
+    uint32_t num_segments = 0;
+    std::array<LocalSegment, kMaxSgeRd> segments{};
+};
+
+// An RDMA READ the peer asked for (the inbound read queue, IRD deep): we
+// answer it with Read Response segments from local memory.
+struct InboundRead {
+    uint32_t sink_stag = 0;
+    uint64_t sink_to = 0;
+    uint32_t size = 0;
+    uint32_t sent = 0;
+    const std::byte* source = nullptr;
+    uint32_t source_stag = 0;
+};
+
+// One batch of FPDUs handed to sendmsg, with the exact resume point after a
+// short write.
+struct TxBatch {
+    static constexpr size_t kMaxFpdus = 64;
+    static constexpr size_t kMaxIov = kMaxFpdus * (kMaxSendSge + 2);
+    std::array<wire::FpduFramer, kMaxFpdus> framers;
+    std::array<iovec, kMaxIov> iov{};
+    size_t fpdus = 0;
+    size_t iov_count = 0;
+    size_t iov_sent = 0;              // entries fully written
+    size_t offset = 0;                // bytes written of iov[iov_sent]
+    size_t bytes = 0;                 // total bytes in the batch
+    size_t payload_bytes = 0;         // of which application payload
+    bool has_inline = false;          // payload copied into usiw's memory (never zero copy)
+    std::vector<uint64_t> completes;  // inflight seqs whose last FPDU is in this batch
+    // Zero copy: the batch went out with MSG_ZEROCOPY in the sendmsg calls
+    // numbered first..last (the kernel's per-socket counter); the memory
+    // its iovecs name, its own headers included, stays untouched until the
+    // kernel's notification covers `zc_last`.
+    bool zerocopy = false;
+    bool zc_used = false;
+    uint32_t zc_last = 0;
+
+    bool empty() const { return iov_count == 0; }
+    bool sent() const { return iov_sent == iov_count; }
+    void clear() {
+        fpdus = iov_count = iov_sent = offset = bytes = payload_bytes = 0;
+        has_inline = zerocopy = zc_used = false;
+        zc_last = 0;
+        completes.clear();
+    }
+};
+
+// Batches that may wait for zero-copy notifications at once; past this the
+// transmitter pauses until the kernel releases some.
+inline constexpr size_t kMaxWaitingBatches = 64;
+
+// Zero-copy policy of a stream (USIW_ZCOPY, host/settings.h): never; auto,
+// which stops using it on a stream once the kernel reports it copied anyway
+// (loopback, veth); always. Its threshold: USIW_ZCOPY_MIN.
+using ZeroCopy = settings::ZeroCopy;
+
+// Where the transmitter is within the current send-queue message.
+struct TxMessage {
+    bool active = false;
+    uint64_t inflight_seq = 0;
+    wire::MessageSegmenter segments;          // the headers and sizes of its segments
+    std::array<iovec, kMaxSendSge> source{};  // resolved payload (or the inline copy)
+    uint32_t source_count = 0;
+    wire::PayloadCursor cursor{};
+    // An inline message's payload. The batch's iovecs point here, so a batch
+    // that carries some of it is written before another message starts.
+    bool is_inline = false;
+    std::array<std::byte, kMaxInlineData> inline_copy{};
+};
+
+struct Stream {
+    Qp* qp = nullptr;  // valid while !dead
+    Context* context = nullptr;
+    int fd = -1;
+    StreamParams params;
+    StreamObserver* observer = nullptr;
+    std::atomic<bool> dead{false};   // detached from its QP; the engine frees it
+    std::atomic<bool> ended{false};  // stream_ended() was reported
+    // The peer closed in order and the QP lingers (linger_after_peer_close).
+    std::atomic<bool> peer_closed{false};
+    std::atomic<bool> want_writable{false};
+    std::atomic<bool> in_epoll{false};
+
+    // Transmit side.
+    std::mutex tx_mutex;
+    std::atomic<bool> tx_pending{false};
+    std::unique_ptr<TxBatch> batch = std::make_unique<TxBatch>();
+    TxMessage message;
+    uint32_t send_msn = 1;             // next MSN on queue 0 (Send)
+    uint32_t read_req_msn = 1;         // next MSN on queue 1 (Read Request)
+    std::atomic<bool> tx_held{false};  // RFC 5044 responder: nothing before the first FPDU in
+    std::atomic<std::thread::id> tx_owner{};  // the thread holding tx_mutex
+    bool rtr_pending = false;                 // initiator's peer-to-peer RTR still to send
+    std::mutex terminate_mutex;               // protects the two below (taken without tx_mutex)
+    bool terminate_queued = false;
+    std::vector<std::byte> terminate_fpdu;  // a whole FPDU, ready to write
+    bool terminate_sent = false;
+    std::atomic<bool> fin_after_drain{false};  // orderly disconnect asked for
+    uint32_t read_responses_in_row = 0;
+
+    // Receive side.
+    std::mutex rx_mutex;
+    wire::Deframer deframer;
+    uint32_t recv_msn = 1;  // expected MSN on queue 0
+    uint32_t read_req_expected = 1;
+    bool first_rx_seen = false;
+    bool rtr_seen = false;
+    bool rx_swallow = false;  // the current Send is the peer's RTR
+    // The last FPDU's payload was large enough to receive in place: read the
+    // next header on its own, so that its payload can be too.
+    bool rx_in_place = false;
+    uint8_t rx_small_run = 0;  // FPDUs in a row with small payloads
+
+    // A receive WQE is bound to the current Send message. Set by the receive
+    // path, cleared by it or by a flush, under completion_mutex.
+    std::atomic<bool> rx_have_wqe{false};
+    RecvWqe rx_wqe{};
+    uint64_t rx_capacity = 0;
+    // Where the current segment's payload goes, approved by the checks.
+    enum class RxDest : uint8_t { kNone, kContiguous, kSegments } rx_dest = RxDest::kNone;
+    std::byte* rx_ptr = nullptr;
+    std::array<LocalSegment, kMaxSgeRd> rx_segments{};
+    uint32_t rx_segment_count = 0;
+    uint64_t rx_base = 0;  // offset in the segments of the segment's first byte
+    std::array<std::byte, wire::kMaxTerminatePayload> terminate_payload{};
+
+    // Zero copy (founding technique 3): batches waiting for the kernel's
+    // notification that it no longer references their memory; the work
+    // requests they finish complete only then.
+    std::mutex zc_mutex;  // protects the members below
+    ZeroCopy zc_mode = ZeroCopy::kNever;
+    std::atomic<bool> zc_enabled{false};
+    size_t zc_min_bytes = 0;  // smallest batch payload sent with zero copy
+    uint32_t zc_next = 0;     // number of the next MSG_ZEROCOPY sendmsg
+    uint32_t zc_done = 0;     // every call numbered below this is released
+    std::deque<std::unique_ptr<TxBatch>> zc_waiting;
+    std::vector<std::unique_ptr<TxBatch>> batch_pool;
+    std::vector<uint32_t> zc_released;  // numbers released out of order
+
+    // Work in flight, in posting order, and the read queues.
+    std::mutex completion_mutex;  // protects everything below
+    std::deque<InflightWqe> inflight;
+    uint64_t inflight_base = 0;  // sequence number of inflight.front()
+    std::deque<OutboundRead> orq;
+    std::deque<InboundRead> irq;
+};
+
+}  // namespace usiw

@@ -1,0 +1,20 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+#include "verbs/qp_connector.h"
+
+#include <atomic>
+
+namespace usiw {
+
+namespace {
+std::atomic<QpConnector*> installed{nullptr};
+}  // namespace
+
+QpConnector* qp_connector() {
+    return installed.load(std::memory_order_acquire);
+}
+
+void install_qp_connector(QpConnector* connector) {
+    installed.store(connector, std::memory_order_release);
+}
+
+}  // namespace usiw

@@ -1,0 +1,186 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+// Extended QPs (ibv_create_qp_ex with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS): the
+// ibv_wr_* calls, which post to the same send queue, and so the same
+// datapath (direct sending included), as ibv_post_send.
+//
+// ibv_wr_start opens a section on the QP (a lock, unless the QP is bound to
+// a thread domain, whose application promises one thread) and notes where
+// the send queue's free slots begin. Each builder (ibv_wr_send, ...)
+// validates its work request and writes it into the next free slot, as
+// post_send does, through build_send_wqe; the data setters then rebuild
+// that slot with their scatter list or inline data. Nothing is queued until
+// ibv_wr_complete pushes the whole batch at once; ibv_wr_abort forgets it.
+// The builders return nothing, so the first error is kept and returned by
+// ibv_wr_complete, which then posts nothing (ibv_wr_post(3)).
+//
+// Offered: SEND, SEND_WITH_INV, RDMA_WRITE and RDMA_READ, the operations
+// usiw has. Asking for others (immediate data, atomics, memory windows,
+// local invalidation, TSO, flush) in send_ops_flags fails ibv_create_qp_ex
+// with EOPNOTSUPP.
+#include <cerrno>
+#include <climits>
+#include <cstring>
+
+#include "verbs/verbs.h"
+
+namespace usiw {
+
+namespace {
+
+constexpr uint64_t kSupportedSendOps = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_INV |
+                                       IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_READ;
+
+void wr_start(ibv_qp_ex* qpx) {
+    Qp* qp = to_qp(qpx);
+    if (!qp->single_threaded)
+        qp->wr.mutex.lock();
+    WrBatch& b = qp->wr;
+    std::lock_guard lock(qp->sq_mutex);
+    b.tail = qp->sq.tail();
+    b.room = qp->sq.capacity() - qp->sq.size();  // only grows until the batch is pushed
+    b.count = 0;
+    b.error = 0;
+}
+
+void end_section(Qp* qp) {
+    qp->wr.count = 0;
+    qp->wr.room = 0;
+    qp->wr.error = 0;
+    if (!qp->single_threaded)
+        qp->wr.mutex.unlock();
+}
+
+int wr_complete(ibv_qp_ex* qpx) {
+    Qp* qp = to_qp(qpx);
+    const WrBatch& b = qp->wr;
+    const int err = b.error ? b.error : post_built_sends(qp, b.tail, b.count);
+    end_section(qp);
+    return err;
+}
+
+void wr_abort(ibv_qp_ex* qpx) {
+    end_section(to_qp(qpx));
+}
+
+// Builds the next work request (without data) into its slot.
+void begin_wr(ibv_qp_ex* qpx, ibv_wr_opcode opcode, uint32_t rkey, uint64_t remote_addr,
+              uint32_t invalidate_rkey) {
+    Qp* qp = to_qp(qpx);
+    WrBatch& b = qp->wr;
+    if (b.error)
+        return;
+    if (b.count == b.room) {
+        b.error = ENOMEM;  // as post_send on a full send queue
+        return;
+    }
+    ibv_send_wr wr{};
+    wr.wr_id = qpx->wr_id;
+    wr.opcode = opcode;
+    wr.send_flags = qpx->wr_flags;
+    wr.wr.rdma.remote_addr = remote_addr;
+    wr.wr.rdma.rkey = rkey;
+    wr.invalidate_rkey = invalidate_rkey;
+    if (int err = build_send_wqe(qp, &wr, &qp->sq.at(b.tail + b.count)))
+        b.error = err;
+    else
+        ++b.count;
+}
+
+// Rebuilds the last work request with its data: `num_sge` entries of
+// `sges`, sent inline when `copy_inline`.
+void set_data(ibv_qp_ex* qpx, const ibv_sge* sges, size_t num_sge, bool copy_inline) {
+    Qp* qp = to_qp(qpx);
+    WrBatch& b = qp->wr;
+    if (b.error)
+        return;
+    if (b.count == 0 || num_sge > INT_MAX) {
+        b.error = EINVAL;  // a data setter with no work request to set it on
+        return;
+    }
+    SendWqe& wqe = qp->sq.at(b.tail + b.count - 1);
+    ibv_send_wr wr{};
+    wr.wr_id = wqe.wr_id;
+    wr.opcode = wqe.opcode;
+    wr.send_flags = wqe.send_flags | (copy_inline ? IBV_SEND_INLINE : 0);
+    wr.wr.rdma.remote_addr = wqe.remote_addr;
+    wr.wr.rdma.rkey = wqe.rkey;
+    wr.invalidate_rkey = wqe.invalidate_rkey;
+    wr.sg_list = const_cast<ibv_sge*>(sges);
+    wr.num_sge = static_cast<int>(num_sge);
+    if (int err = build_send_wqe(qp, &wr, &wqe))
+        b.error = err;
+}
+
+void wr_send(ibv_qp_ex* qpx) {
+    begin_wr(qpx, IBV_WR_SEND, 0, 0, 0);
+}
+void wr_send_inv(ibv_qp_ex* qpx, uint32_t invalidate_rkey) {
+    begin_wr(qpx, IBV_WR_SEND_WITH_INV, 0, 0, invalidate_rkey);
+}
+void wr_rdma_write(ibv_qp_ex* qpx, uint32_t rkey, uint64_t remote_addr) {
+    begin_wr(qpx, IBV_WR_RDMA_WRITE, rkey, remote_addr, 0);
+}
+void wr_rdma_read(ibv_qp_ex* qpx, uint32_t rkey, uint64_t remote_addr) {
+    begin_wr(qpx, IBV_WR_RDMA_READ, rkey, remote_addr, 0);
+}
+
+void wr_set_sge(ibv_qp_ex* qpx, uint32_t lkey, uint64_t addr, uint32_t length) {
+    const ibv_sge sge{addr, length, lkey};
+    set_data(qpx, &sge, 1, false);
+}
+void wr_set_sge_list(ibv_qp_ex* qpx, size_t num_sge, const ibv_sge* sg_list) {
+    set_data(qpx, sg_list, num_sge, false);
+}
+
+// Inline data, gathered first: the buffers of a list are not bounded by
+// the QP's max_send_sge, only their total by its max_inline_data.
+void wr_set_inline_data_list(ibv_qp_ex* qpx, size_t num_buf, const ibv_data_buf* buf_list) {
+    Qp* qp = to_qp(qpx);
+    uint8_t gathered[kMaxInlineData];
+    size_t total = 0;
+    for (size_t i = 0; i < num_buf; ++i) {
+        const size_t n = buf_list[i].length;
+        if (n > qp->cap.max_inline_data - total) {
+            if (!qp->wr.error)
+                qp->wr.error = EINVAL;  // as post_send with too much inline data
+            return;
+        }
+        if (n > 0)
+            std::memcpy(gathered + total, buf_list[i].addr, n);
+        total += n;
+    }
+    const ibv_sge sge{reinterpret_cast<uintptr_t>(gathered), static_cast<uint32_t>(total), 0};
+    set_data(qpx, &sge, 1, true);
+}
+void wr_set_inline_data(ibv_qp_ex* qpx, void* addr, size_t length) {
+    const ibv_data_buf buf{addr, length};
+    wr_set_inline_data_list(qpx, 1, &buf);
+}
+
+}  // namespace
+
+int qp_ex_check(uint64_t send_ops_flags) {
+    return (send_ops_flags & ~kSupportedSendOps) ? EOPNOTSUPP : 0;
+}
+
+void qp_ex_setup(Qp* qp, uint64_t send_ops_flags) {
+    ibv_qp_ex& x = qp->vqp.qp_ex;
+    if (send_ops_flags & IBV_QP_EX_WITH_SEND)
+        x.wr_send = wr_send;
+    if (send_ops_flags & IBV_QP_EX_WITH_SEND_WITH_INV)
+        x.wr_send_inv = wr_send_inv;
+    if (send_ops_flags & IBV_QP_EX_WITH_RDMA_WRITE)
+        x.wr_rdma_write = wr_rdma_write;
+    if (send_ops_flags & IBV_QP_EX_WITH_RDMA_READ)
+        x.wr_rdma_read = wr_rdma_read;
+    x.wr_set_sge = wr_set_sge;
+    x.wr_set_sge_list = wr_set_sge_list;
+    x.wr_set_inline_data = wr_set_inline_data;
+    x.wr_set_inline_data_list = wr_set_inline_data_list;
+    x.wr_start = wr_start;
+    x.wr_complete = wr_complete;
+    x.wr_abort = wr_abort;
+    qp->vqp.comp_mask |= kVerbsQpEx;  // ibv_qp_to_qp_ex hands it out
+}
+
+}  // namespace usiw
