@@ -24,6 +24,7 @@
 #include <infiniband/verbs.h>
 #include <poll.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -2229,6 +2230,222 @@ void test_raw_peer_closes_after_send(void**) {
     release_all();
 }
 
+// ===========================================================================
+// Registered memory the application unmapped without deregistering it. A
+// kernel provider keeps registered pages pinned; usiw without the kernel
+// shim cannot, so a peer's placement there must end in a TERMINATE and an
+// error completion, never a signal, and other connections carry on.
+
+// Five pages mapped by the test and registered; pages 1 to 3 are unmapped
+// again while the registration lives (page 4 stays, so the hole is bounded
+// and the next mapping of the process is unlikely to land in it).
+struct UnmappedMr {
+    uint8_t* base = nullptr;
+    size_t page = 0;
+    ibv_mr* mr = nullptr;
+    uint64_t hole(size_t off) const { return reinterpret_cast<uintptr_t>(base) + page + off; }
+};
+
+UnmappedMr unmapped_mr(const Host& h) {
+    UnmappedMr u;
+    u.page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    void* m = mmap(nullptr, 5 * u.page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    EXPECT(m != MAP_FAILED, "mmap: %s", std::strerror(errno));
+    u.base = static_cast<uint8_t*>(m);
+    std::memset(u.base, kGuard, 5 * u.page);
+    u.mr = ibv_reg_mr(h.pd, m, 5 * u.page, kAllAccess);
+    EXPECT(u.mr != nullptr, "ibv_reg_mr: %s", std::strerror(errno));
+    EXPECT(munmap(u.base + u.page, 3 * u.page) == 0, "munmap: %s", std::strerror(errno));
+    return u;
+}
+
+void release(UnmappedMr& u) {
+    EXPECT(ibv_dereg_mr(u.mr) == 0, "ibv_dereg_mr of the region with a hole");
+    munmap(u.base, u.page);
+    munmap(u.base + 4 * u.page, u.page);
+}
+
+uint64_t placement_faults() {
+    return device_counter(test_device(), &usiw::DeviceStats::placement_faults);
+}
+
+// A connection that was up before the fault still moves bytes after it:
+// a WRITE, then a SEND behind it, verified at the target.
+void expect_pair_works(Pair& p, uint8_t seed) {
+    Buf src = new_buf(p.ha, 8192);
+    pattern(src.p, src.n, seed);
+    Buf dst = new_buf(p.hb, 16384);
+    Buf rbuf = new_buf(p.hb, 256);
+    post_recv(p.b, 1, {rbuf.sge(0, 256)});
+    post(p.a, rdma_wr(IBV_WR_RDMA_WRITE, 1, {src.sge(0, 8192)}, dst.addr(100), dst.rkey()));
+    post(p.a, send_wr(2, {src.sge(8000, 100)}));
+    expect_wc(expect_one(p.as, "other QP's write"), 1, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE,
+              "other QP's write");
+    expect_wc(expect_one(p.as, "other QP's send"), 2, IBV_WC_SUCCESS, IBV_WC_SEND,
+              "other QP's send");
+    expect_recv(expect_one(p.br, "other QP's receive"), 1, 100, "other QP's receive");
+    expect_landed(dst, 100, src.p, 8192, "other QP's WRITE target");
+    expect_landed(rbuf, 0, src.p + 8000, 100, "other QP's receive buffer");
+}
+
+// Waits until `t.mem` holds `t.image` (a valid WRITE has been placed).
+void wait_image(RawTarget& t) {
+    const auto deadline = Clock::now() + std::chrono::milliseconds(kTimeoutMs);
+    while (std::memcmp(t.mem.p, t.image.data(), t.mem.n) != 0 && Clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    expect_bytes(t.mem.p, t.image.data(), t.mem.n, "usiw MR after the leading WRITE");
+}
+
+// A WRITE into the hole: 64 bytes (through the staging buffer) and 8 KiB
+// (received straight into its destination: a valid 8 KiB WRITE goes first
+// and is placed, so the receive path reads the next header on its own and
+// the offending payload with recvmsg into the hole).
+void test_raw_write_into_unmapped(void**) {
+    for (bool crc : {false, true}) {
+        for (size_t size : {size_t{64}, size_t{8192}}) {
+            where("raw: %zu-byte WRITE into unmapped registered pages, crc=%d", size, crc);
+            const uint64_t faults = placement_faults();
+            Pair other = new_pair(Framing{crc, 65536});
+            RawTarget t = raw_target(crc, 2);
+            UnmappedMr u = unmapped_mr(t.h);
+            std::vector<uint8_t> data(size);
+            pattern(data.data(), size, 231);
+            if (size >= 4096) {
+                std::vector<uint8_t> lead(8192);
+                pattern(lead.data(), lead.size(), 232);
+                raw_write_all(t.raw, fpdu_write(t.mem.rkey(), t.mem.addr(20000), lead.data(),
+                                                lead.size(), crc));
+                std::memcpy(t.image.data() + 20000, lead.data(), lead.size());
+                wait_image(t);
+            }
+            TermExpect e;
+            e.cause = term::kTaggedInvalidStag;
+            e.m = e.d = true;
+            e.check = terminated_write(u.mr->rkey, u.hole(100), static_cast<uint16_t>(size));
+            raw_exchange(t, fpdu_write(u.mr->rkey, u.hole(100), data.data(), size, crc), e,
+                         IBV_EVENT_QP_ACCESS_ERR);
+            expect_recvs_flushed(t, 0);
+            expect_rbuf_untouched(t);
+            EXPECT(placement_faults() == faults + 1,
+                   "placement_faults went from %" PRIu64 " to %" PRIu64 ", expected one more",
+                   faults, placement_faults());
+            expect_pair_works(other, 233);
+            release(u);
+            release_all();
+        }
+    }
+}
+
+// A Send into a posted receive whose buffer was unmapped: that receive
+// completes with a local protection error, the next is flushed.
+void test_raw_send_into_unmapped(void**) {
+    for (bool crc : {false, true}) {
+        where("raw: Send into an unmapped receive buffer, crc=%d", crc);
+        const uint64_t faults = placement_faults();
+        RawTarget t = raw_target(crc, 0);
+        UnmappedMr u = unmapped_mr(t.h);
+        post_recv(t.qp, 7, {ibv_sge{u.hole(0), 256, u.mr->lkey}});
+        post_recv(t.qp, 8, {t.rbuf.sge(0, 4096)});
+        uint8_t data[100];
+        pattern(data, sizeof data, 234);
+        TermExpect e;
+        e.cause = term::kRdmapCatastrophic;  // local: nothing copied back
+        raw_exchange(t, fpdu_send(1, 0, true, data, sizeof data, crc), e, IBV_EVENT_QP_FATAL);
+        const std::vector<ibv_wc> wcs = expect_wcs(t.cq, 2, "the two receives");
+        expect_wc(wcs[0], 7, IBV_WC_LOC_PROT_ERR, IBV_WC_RECV, "receive into the hole");
+        expect_wc(wcs[1], 8, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, "receive behind it");
+        expect_cq_empty(t.cq, kQuietMs, "usiw CQ");
+        expect_rbuf_untouched(t);
+        EXPECT(placement_faults() == faults + 1,
+               "placement_faults went from %" PRIu64 " to %" PRIu64 ", expected one more", faults,
+               placement_faults());
+        release(u);
+        release_all();
+    }
+}
+
+// An RDMA READ whose local buffer was unmapped before the Read Response
+// came: the READ completes with a local protection error.
+void test_raw_read_response_into_unmapped(void**) {
+    for (bool crc : {false, true}) {
+        where("raw: Read Response into an unmapped READ buffer, crc=%d", crc);
+        const uint64_t faults = placement_faults();
+        RawTarget t = raw_target(crc, 0);
+        UnmappedMr u = unmapped_mr(t.h);
+        post(t.qp,
+             rdma_wr(IBV_WR_RDMA_READ, 9, {ibv_sge{u.hole(0), 200, u.mr->lkey}}, 0x10000, 0x1234));
+        const std::vector<RxFpdu> req = raw_read_fpdus(t.raw, crc, 1);
+        EXPECT(req[0].h.opcode == wire::Opcode::kReadRequest, "usiw sent %s, not a Read Request",
+               wire::opcode_name(req[0].h.opcode));
+        uint8_t data[200];
+        pattern(data, sizeof data, 235);
+        wire::SegmentHeader h;
+        h.opcode = wire::Opcode::kReadResponse;
+        h.stag = req[0].h.read_request.sink_stag;
+        h.to = req[0].h.read_request.sink_to;
+        h.last = true;
+        TermExpect e;
+        e.cause = term::kRdmapCatastrophic;
+        raw_exchange(t, frame(h, data, sizeof data, crc), e, IBV_EVENT_QP_FATAL);
+        expect_wc(expect_one(t.cq, "the READ"), 9, IBV_WC_LOC_PROT_ERR, IBV_WC_RDMA_READ,
+                  "READ into the hole");
+        expect_cq_empty(t.cq, kQuietMs, "usiw CQ");
+        EXPECT(placement_faults() == faults + 1,
+               "placement_faults went from %" PRIu64 " to %" PRIu64 ", expected one more", faults,
+               placement_faults());
+        release(u);
+        release_all();
+    }
+}
+
+// A Read Request for registered pages the application unmapped. With CRC
+// the Read Response's CRC is computed over the source by usiw: it reads
+// the source through the kernel, and a fault is a TERMINATE (RDMAP invalid
+// STag: the region's memory is gone). Without CRC only sendmsg reads it
+// and fails with EFAULT mid-batch: the connection ends without a
+// TERMINATE (one could not be framed behind a partial FPDU). Either way
+// the process lives, no byte of a Read Response reaches the peer, and the
+// QP is in error.
+void test_raw_read_request_from_unmapped(void**) {
+    for (bool crc : {false, true}) {
+        where("raw: Read Request from unmapped registered pages, crc=%d", crc);
+        const uint64_t faults = placement_faults();
+        Pair other = new_pair(Framing{crc, 65536});
+        RawTarget t = raw_target(crc, 2);
+        UnmappedMr u = unmapped_mr(t.h);
+        wire::ReadRequestFields r;
+        r.sink_stag = 0x4321;
+        r.sink_to = 0;
+        r.read_size = 3000;
+        r.source_stag = u.mr->rkey;
+        r.source_to = u.hole(16);
+        raw_write_all(t.raw, fpdu_read_request(1, r, crc));
+        const RawReply reply = raw_read_reply(t.raw, crc);
+        EXPECT(reply.eof, "usiw did not close the connection within %d ms", kTimeoutMs);
+        for (const RxFpdu& f : reply.fpdus)
+            EXPECT(f.h.opcode != wire::Opcode::kReadResponse,
+                   "a Read Response of %zu bytes came from unmapped memory", f.payload.size());
+        if (crc) {
+            EXPECT(reply.clean, "usiw's reply (%zu bytes) does not deframe: %s", reply.bytes,
+                   reply.fault.c_str());
+            EXPECT(reply.fpdus.size() == 1, "usiw sent %zu FPDUs, expected one TERMINATE",
+                   reply.fpdus.size());
+            TermExpect e;
+            e.cause = term::kInvalidStag;
+            e.lenient_flags = true;
+            expect_terminate(reply.fpdus.back(), e);
+            EXPECT(placement_faults() == faults + 1,
+                   "placement_faults went from %" PRIu64 " to %" PRIu64 ", expected one more",
+                   faults, placement_faults());
+        }
+        expect_state(t.qp, IBV_QPS_ERR, "usiw QP");
+        expect_recvs_flushed(t, 0);
+        expect_pair_works(other, 236);
+        release(u);
+        release_all();
+    }
+}
+
 // The progress engine's thread and its scheduling policy (see
 // datapath/engine_scheduling.h): -1 if there is no such thread.
 int engine_thread_policy() {
@@ -2362,6 +2579,10 @@ int main(int argc, char** argv) {
         T(test_raw_peer_closes_with_read_outstanding),
         T(test_raw_peer_closes_after_send),
         T(test_raw_tagged_messages_do_not_interleave),
+        T(test_raw_write_into_unmapped),
+        T(test_raw_send_into_unmapped),
+        T(test_raw_read_response_into_unmapped),
+        T(test_raw_read_request_from_unmapped),
     };
     // The engine thread's policy is the process's history: every earlier
     // test that starved the engine switched it to SCHED_OTHER, and each

@@ -73,8 +73,7 @@ void shielded(Work&& work) noexcept {
 struct Engine::Impl {
     UniqueFd epoll_fd;
     UniqueFd wake_fd;  // eventfd: the inbox has work, or a timer moved earlier
-    std::once_flag start_once;
-    int start_error = 0;
+    std::mutex start_mutex;  // its own: start() runs with or without the CM lock
     std::atomic<bool> started{false};
 
     // With the CM lock:
@@ -113,24 +112,41 @@ int Engine::start_locked() {
 }
 
 int Engine::start() {
-    std::call_once(impl_->start_once, [this] { impl_->start_error = start_thread(); });
-    return impl_->start_error;
+    // A failed start (EMFILE at a low RLIMIT_NOFILE) is the caller's error
+    // and is tried again by the next call, once the cause may be gone.
+    std::lock_guard lock(impl_->start_mutex);
+    if (impl_->started.load())
+        return 0;
+    return start_thread();
 }
 
 int Engine::start_thread() {
+    // Each failure is the caller's error (rdma_connect, rdma_listen
+    // answer it): an engine that did not start would leave the connection
+    // waiting for an event that never comes.
+    const auto failed = [this](const char* what) {
+        const int err = errno;
+        log_error("rdma_cm: cannot start the CM engine: %s: %s", what, strerror(err));
+        impl_->epoll_fd.reset();
+        impl_->wake_fd.reset();
+        return err;
+    };
     impl_->epoll_fd.reset(epoll_create1(EPOLL_CLOEXEC));
+    if (!impl_->epoll_fd)
+        return failed("epoll_create1");
     impl_->wake_fd.reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-    if (!impl_->epoll_fd || !impl_->wake_fd)
-        return errno;
+    if (!impl_->wake_fd)
+        return failed("eventfd");
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.u64 = kWakeToken;
     if (epoll_ctl(impl_->epoll_fd.get(), EPOLL_CTL_ADD, impl_->wake_fd.get(), &ev) != 0)
-        return errno;
+        return failed("epoll_ctl");
     try {
         std::thread([this] { run(); }).detach();
     } catch (const std::system_error& e) {
-        return e.code().value() ? e.code().value() : EAGAIN;
+        errno = e.code().value() ? e.code().value() : EAGAIN;
+        return failed("the engine's thread");
     }
     impl_->started.store(true);
     return 0;

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "cm/cm.h"
 #include "verbs/log.h"
@@ -105,8 +106,13 @@ void Connection::watch(uint32_t events) {
         engine.unwatch(&token_, fd_.get());
     }
     token_ = engine.watch(fd_.get(), events, this);
-    if (token_ == 0)
-        log_error("rdma_cm: cannot watch a connection's socket: %s", strerror(errno));
+    if (token_ == 0) {
+        // Failing the connection here would pull it from under the caller:
+        // its timer does so at once instead (on_timer), with the cause.
+        watch_error_ = errno ? errno : ENOMEM;
+        log_error("rdma_cm: cannot watch a connection's socket: %s", strerror(watch_error_));
+        engine.arm_timer(this, 0);
+    }
 }
 
 void Connection::close_socket() {
@@ -180,6 +186,11 @@ void Connection::on_io(uint32_t events) {
 }
 
 void Connection::on_timer() {
+    if (const int err = std::exchange(watch_error_, 0)) {
+        if (state_ == ConnState::kAwaitingRequest || state_ == ConnState::kSendingReject)
+            return drop("cannot watch the socket");
+        return connect_failed(-err, "cannot watch the socket");
+    }
     switch (state_) {
         case ConnState::kTcpConnecting:
         case ConnState::kSendingRequest:
@@ -237,6 +248,10 @@ int Connection::connect(CmId* id, Qp* qp, uint16_t ird, uint16_t ord,
     if (request.empty())
         return EINVAL;
 
+    // Without its engine nothing would ever move the connection on: the
+    // call fails now, with the cause (EMFILE at a low RLIMIT_NOFILE).
+    if (int err = Engine::get().start())
+        return err;
     auto* conn = new (std::nothrow) Connection(true, std::move(id->socket), id->device);
     if (!conn)
         return ENOMEM;
@@ -378,8 +393,8 @@ void Connection::incoming(CmId* listener, UniqueFd fd, DeviceContext* device) {
     conn->listener_ = listener;
     listener->pending.insert(conn);
     set_nodelay(conn->fd_.get());
-    conn->watch(EPOLLIN);
     Engine::get().arm_timer(conn, conn->policy_.request_timeout_ms);
+    conn->watch(EPOLLIN);  // after the timer: a failed watch re-arms it
 }
 
 void Connection::read_request() {
@@ -433,6 +448,7 @@ void Connection::read_request() {
 }
 
 void Connection::refuse_request(const char* why) {
+    count(device_->device->stats->cm_refused);
     log_debug("rdma_cm: rejecting MPA request from %s: %s", peer_name(fd_.get()).c_str(), why);
     out_ = PendingWrite(reject_frame(request_, policy_.gso_hint, {}));
     enter(ConnState::kSendingReject);
@@ -444,8 +460,8 @@ void Connection::send_reject() {
     if (err == EAGAIN) {
         if (!reject_waiting_) {  // the first short write: wait for room, not forever
             reject_waiting_ = true;
-            watch(EPOLLOUT);
             Engine::get().arm_timer(this, policy_.request_timeout_ms);
+            watch(EPOLLOUT);
         }
         return;
     }
@@ -456,6 +472,7 @@ void Connection::send_reject() {
 }
 
 void Connection::drop(const char* why) {
+    count(device_->device->stats->cm_dropped);
     log_debug("rdma_cm: dropping connection from %s: %s", peer_name(fd_.get()).c_str(), why);
     finish();
 }
@@ -492,8 +509,8 @@ int Connection::accept(Qp* qp, uint16_t ird, uint16_t ord,
     if (err == EAGAIN) {
         cm::enter(&id_->state, IdState::kAccepting, id_);
         enter(ConnState::kSendingReply);
-        watch(EPOLLOUT);
         Engine::get().arm_timer(this, policy_.reply_timeout_ms);
+        watch(EPOLLOUT);
         return 0;
     }
     cm::enter(&id_->state, IdState::kClosed, id_);

@@ -103,6 +103,7 @@ class Connection final : public EngineClient, public StreamObserver, public Inbo
     Qp* qp_ = nullptr;
     bool datapath_holds_ = false;  // attached; the end of the stream not yet heard
     bool reject_waiting_ = false;  // the reject frame waits for room in the socket
+    int watch_error_ = 0;          // watch() failed: on_timer() ends the connection with it
 
     MpaFrameReader in_;  // the peer's MPA frame, read exactly
     PendingWrite out_;   // ours

@@ -7,10 +7,13 @@
 // (completion.cc). Any violation sends TERMINATE (tx.cc) and ends the
 // stream, leaving local memory untouched.
 #include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 
 #include "datapath/attach.h"
 #include "datapath/completion.h"
@@ -33,27 +36,213 @@ constexpr uint8_t kSmallRunEndsInPlace = 4;
 using wire::Opcode;
 namespace term = wire::term;
 
-// Copies `data` to byte `offset` of a scatter list.
-void scatter(const LocalSegment* segs, uint32_t count, uint64_t offset,
-             std::span<const std::byte> data) {
-    for (uint32_t i = 0; i < count && !data.empty(); ++i) {
-        if (offset >= segs[i].length) {
-            offset -= segs[i].length;
-            continue;
-        }
-        const size_t n = std::min<size_t>(segs[i].length - offset, data.size());
-        std::memcpy(segs[i].addr + offset, data.data(), n);
-        data = data.subspan(n);
-        offset = 0;
+// Placement never copies with this thread's own loads and stores: the
+// application may unmap pages of a registered region without deregistering
+// it (kernel providers keep registered pages pinned; usiw without the
+// kernel shim cannot), and a memcpy there would end the whole process with
+// SIGSEGV in the engine's thread. The kernel copies instead, and answers
+// EFAULT: process_vm_writev() on our own process for payload that came
+// through the staging buffer, recvmsg() straight into the destination for
+// large payloads (receive_locked). The copies are queued and made in one
+// system call per batch of FPDUs (an RDMA Write completes nothing at the
+// target, so its payload may wait until the end of the batch); anything
+// that makes placed bytes visible (a completion, a Read Request's source,
+// the end of the batch) places the queue first.
+class Placer {
+  public:
+    static constexpr size_t kMaxCopies = 256;
+
+    bool full() const noexcept { return n_ == kMaxCopies; }
+    bool empty() const noexcept { return n_ == 0; }
+
+    // `tag` says which FPDU the copy belongs to (the caller's numbering).
+    void add(std::byte* dst, const std::byte* src, size_t len, uint32_t tag) noexcept {
+        local_[n_] = {const_cast<std::byte*>(src), len};
+        remote_[n_] = {dst, len};
+        tags_[n_] = tag;
+        ++n_;
+        bytes_ += len;
     }
-}
+
+    // Makes every queued copy. False when the destination of one is not
+    // mapped (or not writable): then nothing from that copy on was placed,
+    // and *failed_tag and *failed_addr name it.
+    bool flush(uint32_t* failed_tag, void** failed_addr) noexcept {
+        if (n_ == 0)
+            return true;
+        size_t done = 0;
+        ssize_t r;
+        do {
+            r = process_vm_writev(pid(), local_.data(), n_, remote_.data(), n_, 0);
+        } while (r < 0 && errno == EINTR);
+        if (r >= 0)
+            done = static_cast<size_t>(r);
+        else if (errno != EFAULT)
+            fallback_copy(&done);  // process_vm_writev refused (a seccomp policy)
+        const bool ok = done == bytes_;
+        if (!ok) {
+            // The copy stops at the first element it cannot complete.
+            size_t i = 0;
+            for (size_t at = 0; i + 1 < n_ && at + remote_[i].iov_len <= done; ++i)
+                at += remote_[i].iov_len;
+            *failed_tag = tags_[i];
+            *failed_addr = remote_[i].iov_base;
+        }
+        n_ = 0;
+        bytes_ = 0;
+        return ok;
+    }
+
+  private:
+    static pid_t pid() noexcept {
+        static const pid_t self = getpid();
+        return self;
+    }
+
+    // Where the system refuses process_vm_writev (EPERM, ENOSYS: a seccomp
+    // filter), placement copies as it must and says once that unmapped
+    // registered memory is then fatal.
+    void fallback_copy(size_t* done) noexcept {
+        static std::once_flag told;
+        const int why = errno;
+        std::call_once(told, [why] {
+            log_error(
+                "process_vm_writev refused (%s): placing with memcpy; a peer's write "
+                "into registered memory the application unmapped will crash the process",
+                std::strerror(why));
+        });
+        for (size_t i = 0; i < n_; ++i)
+            std::memcpy(remote_[i].iov_base, local_[i].iov_base, local_[i].iov_len);
+        *done = bytes_;
+    }
+
+    std::array<iovec, kMaxCopies> local_;
+    std::array<iovec, kMaxCopies> remote_;
+    std::array<uint32_t, kMaxCopies> tags_;
+    size_t n_ = 0;
+    size_t bytes_ = 0;
+};
 
 class Receiver {
   public:
-    explicit Receiver(Stream* s) : s_(s), qp_(s->qp), stats_(*s->context->device->stats) {}
+    explicit Receiver(Stream* s)
+        : s_(s), qp_(s->qp), stats_(*s->context->device->stats), q_(placement_queue()) {}
 
-    // Feeds received bytes; false once the stream has ended.
+    // Feeds received bytes, every payload in them placed on return; false
+    // once the stream has ended.
     bool feed(std::span<const std::byte> in) {
+        const bool more = feed_fpdus(in);
+        return place_queued() && more;
+    }
+
+    // recvmsg() could not place the current FPDU's payload in its
+    // destination (EFAULT).
+    void direct_placement_fault(const void* addr) {
+        PendingFpdu f;
+        const std::span<const std::byte> bytes = s_->deframer.header_bytes();
+        f.header_size = std::min(bytes.size(), f.header.size());
+        std::memcpy(f.header.data(), bytes.data(), f.header_size);
+        f.h = s_->deframer.header();
+        placement_fault(f, addr);
+    }
+
+    bool want_transmit = false;  // an inbound read or a released hold needs the transmitter
+
+  private:
+    // An FPDU whose payload waits in the placer: what a placement fault
+    // reports, and the header its TERMINATE copies back.
+    struct PendingFpdu {
+        wire::SegmentHeader h;
+        std::array<std::byte, wire::kMaxHeaderSize> header;
+        size_t header_size;
+    };
+    static constexpr uint32_t kNoFpdu = UINT32_MAX;
+
+    // The copies queued in this thread and the FPDUs they belong to. One
+    // per thread, as the staging buffer: feed() places everything before it
+    // returns, so nothing in it outlives a receive round.
+    struct PlacementQueue {
+        Placer placer;
+        std::array<PendingFpdu, Placer::kMaxCopies> pending;
+        uint32_t pending_count = 0;
+    };
+    static PlacementQueue& placement_queue() {
+        thread_local PlacementQueue q;
+        return q;
+    }
+
+    // Queues a copy of `data` to `dst` for the current FPDU.
+    void queue_copy(std::byte* dst, std::span<const std::byte> data) {
+        if ((q_.placer.full() || (current_ == kNoFpdu && q_.pending_count == Placer::kMaxCopies)) &&
+            !place_queued())
+            return;
+        if (current_ == kNoFpdu) {
+            PendingFpdu& f = q_.pending[q_.pending_count];
+            const std::span<const std::byte> bytes = s_->deframer.header_bytes();
+            f.header_size = std::min(bytes.size(), f.header.size());
+            std::memcpy(f.header.data(), bytes.data(), f.header_size);
+            f.h = s_->deframer.header();
+            current_ = q_.pending_count++;
+        }
+        q_.placer.add(dst, data.data(), data.size(), current_);
+    }
+
+    // Places what is queued; false (and the stream terminated) when a
+    // destination is no longer mapped.
+    bool place_queued() {
+        if (q_.placer.empty())
+            return true;
+        uint32_t failed = 0;
+        void* addr = nullptr;
+        const bool ok = q_.placer.flush(&failed, &addr);
+        current_ = kNoFpdu;
+        q_.pending_count = 0;
+        if (!ok) {
+            const PendingFpdu f = q_.pending[failed];
+            placement_fault(f, addr);
+        }
+        return ok;
+    }
+
+    // The application unmapped (or made read-only) memory that a
+    // registration or a posted receive still names. The peer did nothing
+    // wrong by the STag table, but the region no longer holds what it
+    // granted: the connection ends as for a protection error, the work
+    // request that owned the memory (a receive, a READ) completes with a
+    // local protection error, and the process lives.
+    void placement_fault(const PendingFpdu& f, const void* addr) {
+        count(stats_.placement_faults);
+        const std::span<const std::byte> header{f.header.data(), f.header_size};
+        log_error(
+            "QP %u: cannot place %s payload at %p: the memory is no longer mapped "
+            "(unmapped without ibv_dereg_mr?); TERMINATE sent, QP in error",
+            qp_->vqp.qp.qp_num, wire::opcode_name(f.h.opcode), addr);
+        switch (f.h.opcode) {
+            case Opcode::kRdmaWrite:
+                // As if the STag were invalid: its memory is gone.
+                stream_terminate(s_, term::kTaggedInvalidStag, header);
+                return;
+            case Opcode::kReadResponse: {
+                uint64_t seq = UINT64_MAX;
+                {
+                    std::lock_guard lock(s_->completion_mutex);
+                    if (!s_->orq.empty())
+                        seq = s_->orq.front().inflight_seq;
+                }
+                if (seq != UINT64_MAX)
+                    inflight_mark_failed(s_, seq, IBV_WC_LOC_PROT_ERR);
+                stream_terminate(s_, term::kRdmapCatastrophic, header);
+                return;
+            }
+            default:
+                // A Send: its receive's memory.
+                complete_current_recv(s_, IBV_WC_LOC_PROT_ERR, 0, 0, 0, false);
+                stream_terminate(s_, term::kRdmapCatastrophic, header);
+                return;
+        }
+    }
+
+    bool feed_fpdus(std::span<const std::byte> in) {
         while (!s_->ended.load()) {
             const wire::Deframer::Event ev = s_->deframer.next(in);
             using Kind = wire::Deframer::Event::Kind;
@@ -68,9 +257,16 @@ class Receiver {
                     break;
                 case Kind::kSegmentEnd:
                     count(stats_.rx_fpdus);
+                    // Whatever a segment's end completes or exposes, its
+                    // payload is in place first; Writes wait for the batch.
+                    if (ev.header->opcode != Opcode::kRdmaWrite && !place_queued())
+                        return false;
+                    current_ = kNoFpdu;
                     on_segment_end(*ev.header);
                     break;
                 case Kind::kFault:
+                    if (!place_queued())
+                        return false;
                     if (ev.fault.cause == term::kLlpCrc)
                         count(stats_.crc_errors);
                     log_debug("QP %u: %s", qp_->vqp.qp.qp_num, ev.fault.what);
@@ -81,8 +277,7 @@ class Receiver {
         return false;
     }
 
-    bool want_transmit = false;  // an inbound read or a released hold needs the transmitter
-
+  public:
     // The rest of the current FPDU's payload as iovecs into its (already
     // approved) destination, for a recvmsg() that places it with no copy
     // beyond the kernel's. 0 when it should go through the staging buffer.
@@ -116,6 +311,8 @@ class Receiver {
 
   private:
     void fault(const wire::TermCause& cause, const char* why) {
+        if (!place_queued())
+            return;  // the earlier FPDU's fault ended the stream
         log_debug("QP %u: TERMINATE (%s): %s", qp_->vqp.qp.qp_num, wire::term_cause_name(cause),
                   why);
         stream_terminate(s_, cause, s_->deframer.header_bytes());
@@ -123,6 +320,7 @@ class Receiver {
 
     void on_header(const wire::SegmentHeader& h) {
         s_->rx_dest = Stream::RxDest::kNone;
+        current_ = kNoFpdu;
         // Large payloads come in runs with a small one between (a 64 KiB
         // message is a 65516-byte FPDU and a 20-byte one): a few small ones
         // in a row end the run.
@@ -257,6 +455,9 @@ class Receiver {
 
     void on_read_request(const wire::SegmentHeader& h) {
         const wire::ReadRequestFields& r = h.read_request;
+        // The Read Response reads what earlier Writes placed.
+        if (!place_queued())
+            return;
         if (h.msn != s_->read_req_expected)
             return fault(term::kUntaggedMsnRange, "unexpected Read Request MSN");
         const std::byte* source = nullptr;
@@ -288,13 +489,28 @@ class Receiver {
     void place(std::span<const std::byte> data, size_t offset) {
         switch (s_->rx_dest) {
             case Stream::RxDest::kContiguous:
-                std::memcpy(s_->rx_ptr + offset, data.data(), data.size());
+                queue_copy(s_->rx_ptr + offset, data);
                 break;
             case Stream::RxDest::kSegments:
-                scatter(s_->rx_segments.data(), s_->rx_segment_count, s_->rx_base + offset, data);
+                scatter(s_->rx_base + offset, data);
                 break;
             case Stream::RxDest::kNone:
                 break;
+        }
+    }
+
+    // Queues `data` for byte `offset` of the segments.
+    void scatter(uint64_t offset, std::span<const std::byte> data) {
+        const LocalSegment* segs = s_->rx_segments.data();
+        for (uint32_t i = 0; i < s_->rx_segment_count && !data.empty(); ++i) {
+            if (offset >= segs[i].length) {
+                offset -= segs[i].length;
+                continue;
+            }
+            const size_t n = std::min<size_t>(segs[i].length - offset, data.size());
+            queue_copy(segs[i].addr + offset, data.first(n));
+            data = data.subspan(n);
+            offset = 0;
         }
     }
 
@@ -409,6 +625,8 @@ class Receiver {
     Stream* s_;
     Qp* qp_;
     DeviceStats& stats_;
+    PlacementQueue& q_;
+    uint32_t current_ = kNoFpdu;  // the current FPDU's entry in q_.pending
 };
 
 void receive_locked(Stream* s) {
@@ -492,6 +710,10 @@ void receive_locked(Stream* s) {
         }
         if (errno == EINTR)
             continue;
+        if (errno == EFAULT && direct_count > 0) {
+            receiver.direct_placement_fault(direct[0].iov_base);
+            break;
+        }
         if (errno != EAGAIN && errno != EWOULDBLOCK)
             stream_fail(s, StreamEnd::kPeerReset, errno);
         break;

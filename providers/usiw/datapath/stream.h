@@ -96,11 +96,17 @@ struct TxBatch {
     bool zerocopy = false;
     bool zc_used = false;
     uint32_t zc_last = 0;
+    // With CRC, Read Response payload read through the kernel first (tx.cc
+    // add_read_response); allocated on first use, never reallocated while
+    // the iovecs point into it.
+    static constexpr size_t kBounceBytes = 320 * 1024;  // a batch's bytes and one more FPDU
+    std::unique_ptr<std::byte[]> bounce;
+    size_t bounce_used = 0;
 
     bool empty() const { return iov_count == 0; }
     bool sent() const { return iov_sent == iov_count; }
     void clear() {
-        fpdus = iov_count = iov_sent = offset = bytes = payload_bytes = 0;
+        fpdus = iov_count = iov_sent = offset = bytes = payload_bytes = bounce_used = 0;
         has_inline = zerocopy = zc_used = false;
         zc_last = 0;
         completes.clear();

@@ -15,11 +15,14 @@
 // socket, and it always finishes the current batch before building the
 // next.
 #include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <memory>
 
 #include "datapath/attach.h"
 #include "datapath/completion.h"
@@ -64,6 +67,39 @@ bool batch_has_room(const Stream* s) {
            s->batch->bytes < kBatchBytes;
 }
 
+// Copies `from` (this process's memory) into `to` through the kernel:
+// false if `from` is not mapped readable.
+bool read_own_memory(const iovec& to, const iovec& from) {
+    static const pid_t self = getpid();
+    ssize_t n;
+    do {
+        n = process_vm_readv(self, &to, 1, &from, 1, 0);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0 && errno != EFAULT) {
+        // process_vm_readv refused (a seccomp policy): copy as before.
+        std::memcpy(to.iov_base, from.iov_base, from.iov_len);
+        return true;
+    }
+    return n == static_cast<ssize_t>(from.iov_len);
+}
+
+// The source of an accepted Read Request is no longer mapped: the read is
+// dropped and the stream ends with a TERMINATE (the STag's memory is gone,
+// as if the STag were invalid).
+void read_source_fault(Stream* s, const void* addr) {
+    {
+        std::lock_guard lock(s->completion_mutex);
+        if (!s->irq.empty())
+            s->irq.pop_front();
+    }
+    count(s->context->device->stats->placement_faults);
+    log_error(
+        "QP %u: cannot send the Read Response from %p: the memory is no longer mapped "
+        "(unmapped without ibv_dereg_mr?); TERMINATE sent, QP in error",
+        s->qp->vqp.qp.qp_num, addr);
+    stream_terminate(s, wire::term::kInvalidStag, {});
+}
+
 // One segment of the inbound read at the front of the IRQ. `*finished`
 // (when given) says whether it was that response's last.
 bool add_read_response(Stream* s, bool* finished = nullptr) {
@@ -83,9 +119,30 @@ bool add_read_response(Stream* s, bool* finished = nullptr) {
     size_t size = 0;
     const wire::SegmentHeader h = segments.peek(&size);
     iovec source{const_cast<std::byte*>(r.source) + r.sent, size};
+    size_t bounced = 0;
+    if (s->params.crc && size > 0) {
+        // The CRC is computed here, over the source, by this thread: a
+        // region the application unmapped without deregistering would
+        // fault. The kernel reads it into the batch's bounce buffer first,
+        // and EFAULT becomes a TERMINATE. (Without CRC only sendmsg reads
+        // the source, and fails with EFAULT itself.)
+        TxBatch& b = *s->batch;
+        if (!b.bounce)
+            b.bounce = std::make_unique<std::byte[]>(TxBatch::kBounceBytes);
+        if (b.bounce_used + size > TxBatch::kBounceBytes)
+            return false;
+        iovec copy{b.bounce.get() + b.bounce_used, size};
+        if (!read_own_memory(copy, source)) {
+            read_source_fault(s, source.iov_base);
+            return false;
+        }
+        source = copy;
+        bounced = size;
+    }
     wire::PayloadCursor cursor{{&source, 1}};
     if (!add_fpdu(s, h, cursor, size))
         return false;
+    s->batch->bounce_used += bounced;
     std::lock_guard lock(s->completion_mutex);
     if (h.last) {
         s->irq.pop_front();

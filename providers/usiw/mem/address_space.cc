@@ -12,7 +12,7 @@ int check_mapping(uintptr_t addr, size_t length, bool need_write) {
         return EFAULT;
     FILE* maps = std::fopen("/proc/self/maps", "re");
     if (!maps)
-        return ENOMEM;
+        return errno ? errno : ENOMEM;  // EMFILE at a low RLIMIT_NOFILE, not "no memory"
     // Mappings are listed in address order; walk them, extending the covered
     // prefix of the range until it is whole or a gap or missing right shows.
     uintptr_t covered = addr;

@@ -11,7 +11,8 @@
 namespace usiw {
 
 // 0 if [addr, addr + length) is mapped readable (and writable if
-// `need_write`), else EFAULT; ENOMEM if the map cannot be read.
+// `need_write`), else EFAULT; if /proc/self/maps cannot be read, the
+// errno of that (EMFILE at a low RLIMIT_NOFILE).
 int check_mapping(uintptr_t addr, size_t length, bool need_write);
 
 }  // namespace usiw

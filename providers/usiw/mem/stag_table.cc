@@ -1,8 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #include "mem/stag_table.h"
 
-#include <sys/random.h>
-
+#include <cstdlib>
 #include <utility>
 
 namespace usiw {
@@ -14,19 +13,10 @@ constexpr uint32_t index_of(uint32_t stag) {
 constexpr uint8_t key_of(uint32_t stag) {
     return static_cast<uint8_t>(stag);
 }
-
-uint32_t random_seed() {
-    uint32_t seed = 0;
-    if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != sizeof seed)
-        seed = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(&seed));
-    return seed ? seed : 1;
-}
 }  // namespace
 
 StagTable::StagTable(uint32_t max_regions)
-    : slots_(1),
-      max_regions_(max_regions < kMaxIndex ? max_regions : kMaxIndex),
-      keys_(random_seed()) {}
+    : slots_(1), max_regions_(max_regions < kMaxIndex ? max_regions : kMaxIndex) {}
 
 uint32_t StagTable::add(const void* pd, uintptr_t addr, uint64_t iova, uint64_t length,
                         unsigned access) {
@@ -43,14 +33,16 @@ uint32_t StagTable::add(const void* pd, uintptr_t addr, uint64_t iova, uint64_t 
     }
     Slot& slot = slots_[index];
     // A fresh key on every use of a slot makes a stale STag from an earlier
-    // registration fail the key check instead of reaching new memory.
-    uint8_t key = static_cast<uint8_t>(keys_());
-    if (key == slot.key)
-        ++key;
-    slot.key = key;
+    // registration fail the key check instead of reaching new memory. The
+    // key comes from a CSPRNG (glibc's arc4random: kernel-seeded, reseeded
+    // after fork), uniform over the 255 values other than the slot's last
+    // key: a peer that saw every earlier key, its own STags included,
+    // still guesses a live one's key with odds of 1 in 255, and a wrong
+    // guess ends its connection (Documentation/design.md, threat model).
+    slot.key = static_cast<uint8_t>(slot.key + 1 + arc4random_uniform(255));
     slot.live = true;
     slot.invalidated = false;
-    slot.region = {(index << 8) | key, pd, addr, iova, length, access | kAccessLocalRead};
+    slot.region = {(index << 8) | slot.key, pd, addr, iova, length, access | kAccessLocalRead};
     ++live_;
     return slot.region.stag;
 }

@@ -12,7 +12,6 @@
 
 #include <cstdint>
 #include <mutex>
-#include <random>
 #include <vector>
 
 #include "wire/rdmap.h"
@@ -77,7 +76,6 @@ class StagTable {
     std::vector<uint32_t> free_;
     uint32_t max_regions_;
     size_t live_ = 0;
-    std::minstd_rand keys_;
 };
 
 }  // namespace usiw
