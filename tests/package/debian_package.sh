@@ -133,23 +133,29 @@ tar -C "$ROOT" -xf "$ROOT_TAR"
 cp "$DEB" "$ROOT/tmp/"
 DEB_IN_ROOT=/tmp/$(basename "$DEB")
 
+# The root's /dev/shm, shared by every command run there (as on a machine:
+# usiw's processes share their counters and QP numbers through it).
+SHM=$WORK/shm
+mkdir -p "$SHM"
+chmod 1777 "$SHM"
+
 # in_root CMD...: runs CMD in the root, in a mount namespace of its own
-# (proc, sysfs, a fresh /dev/shm, the .deb cache, the host's resolv.conf
+# (proc, sysfs, the root's /dev/shm, the .deb cache, the host's resolv.conf
 # for apt), with a plain environment.
 in_root() {
     unshare --mount --propagation private -- bash -c '
-        root=$1 archives=$2
-        shift 2
+        root=$1 archives=$2 shm=$3
+        shift 3
         mount -t proc proc "$root/proc"
         mount -t sysfs -o ro sysfs "$root/sys"
-        mount -t tmpfs -o mode=1777 tmpfs "$root/dev/shm"
+        mount --bind "$shm" "$root/dev/shm"
         mkdir -p "$root/dev/pts"
         mount -t devpts -o newinstance,ptmxmode=0666 devpts "$root/dev/pts"
         mount --bind "$archives" "$root/var/cache/apt/archives"
         [ -e /etc/resolv.conf ] && touch "$root/etc/resolv.conf" &&
             mount --bind /etc/resolv.conf "$root/etc/resolv.conf"
         exec chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
-            LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive "$@"' in_root "$ROOT" "$ARCHIVES" "$@"
+            LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive "$@"' in_root "$ROOT" "$ARCHIVES" "$SHM" "$@"
 }
 
 step "fetching the package's dependencies into the cache (the network, if any are missing)"
