@@ -26,6 +26,10 @@ packages=(
     # the Debian package: built, linted, installed into a minimal Debian
     # root made by mmdebstrap (debian_package)
     debhelper dpkg-dev fakeroot lintian mmdebstrap
+    # middleware the integration tests run over usiw: qperf, libfabric's
+    # verbs provider and its fi_pingpong/fi_info (rsockets come with
+    # librdmacm1)
+    qperf libfabric1 libfabric-bin
 )
 
 if [ -z "$(missing_packages "${packages[@]}")" ]; then

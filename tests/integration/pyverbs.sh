@@ -6,8 +6,13 @@
 #
 # Every test of those modules is classified below, by name:
 #   RUN         applies to iWARP and passes: must pass, or this test fails;
-#   RDMACM_RUN  the same, for test_rdmacm's traffic tests, which need root
-#               (see the rdma_cm section at the end);
+#   ACKED_RUN   the same, run with USIW_COMPLETION=acked: tests that assume
+#               InfiniBand's completion semantics (a WRITE completes once the
+#               target placed it; a SEND the target refuses completes with
+#               the remote error), which usiw offers as an option;
+#   RDMACM_RUN  the same as RUN, for test_rdmacm's traffic tests, which need
+#               root (see the rdma_cm section at the end); RDMACM_ACKED_RUN
+#               the same with USIW_COMPLETION=acked;
 #   KNOWN_BUGS  applies to iWARP but fails today because usiw lacks
 #               something: run for information only (a notice when one
 #               starts passing, so it can move to RUN);
@@ -55,6 +60,7 @@ RUN=(
     test_pd.PDTest.test_destroy_pd_twice
     test_pd.PDTest.test_multiple_pd_creation
     test_mr.MRTest.test_reg_mr_bad_flags
+    test_mr.MWTest.test_reg_mw_wrong_type
     test_cq.CQAPITest.test_create_cq
     test_cq.CQAPITest.test_create_cq_bad_flow
     test_cq.CQAPITest.test_create_cq_with_comp_channel
@@ -80,12 +86,36 @@ RUN=(
     test_relaxed_ordering.RoTestCase.test_ro_rc_traffic
 )
 
+# Run with USIW_COMPLETION=acked (Documentation/verbs.md): each checks the
+# target's memory as soon as its RDMA WRITE completes, or expects a SEND
+# whose receive fails the target's check to complete with 'Remote operation
+# error', as an InfiniBand requester reports the responder's NAK.
+ACKED_RUN=(
+    test_mr.MRTest.test_mr_rereg_access
+    test_mr.MRTest.test_mr_rereg_access_bad_flow
+    test_mr.MRTest.test_mr_rereg_addr
+    test_mr.MRTest.test_mr_rereg_pd
+    test_qpex.QpExTestCase.test_qp_ex_rc_rdma_write
+    test_mr.MWTest.test_mw_type1
+    test_mr.MWTest.test_mw_type2
+    test_mr.MWTest.test_invalidate_mw_type1
+    test_mr.MWTest.test_mw_type2_invalidate_local
+    test_mr.MWTest.test_mw_type2_invalidate_remote
+    test_mr.MWTest.test_mw_type2_invalidate_dealloc
+    test_qpex.QpExTestCase.test_qp_ex_rc_bind_mw
+)
+
 # Run as root only, in a private mount namespace (the rdma_cm section).
 RDMACM_RUN=(
     test_rdmacm.CMTestCase.test_rdmacm_sync_traffic
     test_rdmacm.CMTestCase.test_rdmacm_async_traffic
     test_rdmacm.CMTestCase.test_rdmacm_async_read
     test_rdmacm.CMTestCase.test_rdmacm_async_reject_traffic
+)
+# The same, with USIW_COMPLETION=acked: the target reads its memory after a
+# barrier with the initiator, which passes it once its WRITEs complete.
+RDMACM_ACKED_RUN=(
+    test_rdmacm.CMTestCase.test_rdmacm_async_write
 )
 
 # "NAME|why it fails". Move a test to RUN once it passes.
@@ -100,8 +130,6 @@ RUN_WITH_HUGE_PAGES=(
 
 # "NAME|reason": NAME is a test, or a Module.Class meaning all its tests.
 UD="UD does not exist in iWARP"
-WRITE_DONE="checks the target's memory as soon as an RDMA WRITE completes at the initiator: an InfiniBand RC completion follows the responder's acknowledgement, an iWARP one means the data went to the transport (RFC 5040; Linux siw alike) and it is placed when the target takes it in"
-NAK="expects the SEND to complete with 'Remote operation error' when the receive buffer fails the responder's check: InfiniBand reports the responder's NAK at the requester; iWARP completes the SEND when sent, the receive completes in error and a TERMINATE ends the connection (RFC 5040; Linux siw alike)"
 NOT_YET="not in usiw yet; the send_ops_flag is refused with EOPNOTSUPP and the test skips (another issue adds them)"
 SKIP=(
     "test_device.DMTest|device memory (ibv_alloc_dm): no such thing on an RNIC; usiw has none"
@@ -110,11 +138,6 @@ SKIP=(
     "test_mr.DeviceMemoryTest|traffic through device memory MRs; usiw has no device memory"
     "test_mr.DmaBufMRTest|dma-buf MRs need a GPU dma-buf exporter (and ibv_reg_dmabuf_mr); not on this machine, not in usiw"
     "test_mr.DmaBufTestCase|dma-buf MR traffic: needs a GPU dma-buf exporter"
-    "test_mr.MRTest.test_mr_rereg_access|rereg, then: $WRITE_DONE"
-    "test_mr.MRTest.test_mr_rereg_access_bad_flow|rereg, then: $WRITE_DONE (and expects 'Remote access error' at the initiator's WRITE, which iWARP reports to the target with a TERMINATE)"
-    "test_mr.MRTest.test_mr_rereg_addr|rereg, then: $NAK"
-    "test_mr.MRTest.test_mr_rereg_pd|rereg, then: $NAK"
-    "test_mr.MWTest|memory windows (ibv_alloc_mw, bind): usiw has none yet (max_mw 0; another issue adds them)"
     "test_cq.CQTest.test_resize_cq|fills the CQ with UD sends through an address handle; $UD"
     "test_cqex.CqExTestCase.test_ud_traffic_cq_ex|UD QPs; $UD"
     "test_cqex.CqExTestCase.test_xrc_traffic_cq_ex|XRC QPs: an InfiniBand transport, not iWARP"
@@ -139,13 +162,11 @@ SKIP=(
     "test_qp.QPTest.test_query_ud_qp|UD QP: $UD"
     "test_qp.QPTest.test_modify_ud_qp|UD QP (QKey, RTR/RTS without a peer): $UD"
     "test_qp.QPTest.test_query_data_in_order|queries a UD QP (ibv_query_qp_data_in_order); $UD"
-    "test_qpex.QpExTestCase.test_qp_ex_rc_rdma_write|$WRITE_DONE"
     "test_qpex.QpExTestCase.test_qp_ex_rc_send_imm|SEND with immediate data (RFC 7306): $NOT_YET"
     "test_qpex.QpExTestCase.test_qp_ex_rc_rdma_write_imm|RDMA WRITE with immediate data (RFC 7306): $NOT_YET"
     "test_qpex.QpExTestCase.test_qp_ex_rc_atomic_cmp_swp|atomic compare-and-swap (RFC 7306): $NOT_YET"
     "test_qpex.QpExTestCase.test_qp_ex_rc_atomic_fetch_add|atomic fetch-and-add (RFC 7306): $NOT_YET"
     "test_qpex.QpExTestCase.test_qp_ex_rc_atomic_write|ATOMIC WRITE: an InfiniBand (IBTA 1.5) operation with no iWARP opcode"
-    "test_qpex.QpExTestCase.test_qp_ex_rc_bind_mw|memory window binding: $NOT_YET"
     "test_qpex.QpExTestCase.test_qp_ex_ud_send|UD QPs; $UD"
     "test_qpex.QpExTestCase.test_qp_ex_ud_send_imm|UD QPs; $UD"
     "test_qpex.QpExTestCase.test_qp_ex_ud_zero_size|UD QPs; $UD"
@@ -156,13 +177,12 @@ SKIP=(
     "test_qpex.QpExTestCase.test_post_send_qp_state_bad_flow|checks run on UD QPs (the 'ud_send' players); $UD"
     "test_qpex.QpExTestCase.test_rq_with_larger_sgl_bad_flow|checks run on UD QPs (the 'ud_send' players); $UD"
     "test_cq_events.CqEventsTestCase.test_cq_events_ud|completion events over UD traffic; $UD"
-    "test_rdmacm.CMTestCase.test_rdmacm_async_write|the target reads its memory after a barrier with the initiator, which passes it once its WRITEs complete: $WRITE_DONE. The target's progress thread places the data; on a busy machine that can come after the barrier (seen failing 1 run in 4 under load)"
     "test_rdmacm.CMTestCase.test_rdmacm_async_udp_traffic|RDMA_PS_UDP: $UD (rdma_create_id answers EPROTONOSUPPORT, as for kernel siw)"
     "test_rdmacm.CMTestCase.test_rdmacm_async_traffic_external_qp|waits for RDMA_CM_EVENT_CONNECT_RESPONSE, which rdma_cm produces only for InfiniBand/RoCE; an iWARP connect goes straight to ESTABLISHED (kernel siw alike)"
     "test_rdmacm.CMTestCase.test_rdmacm_async_multicast_traffic|multicast: $UD"
     "test_rdmacm.CMTestCase.test_rdmacm_async_ex_multicast_traffic|multicast: $UD"
     "test_rdmacm.CMTestCase.test_rdmacm_async_ex_leave_multicast_traffic|multicast: $UD"
-    "test_shared_pd.SharedPDTestCase|imports the context through its kernel uverbs file (ibv_import_device): a usiw context's objects live in its process, with no kernel object to share, so usiw refuses with EOPNOTSUPP and the test skips; its traffic also $WRITE_DONE"
+    "test_shared_pd.SharedPDTestCase|imports the context through its kernel uverbs file (ibv_import_device): a usiw context's objects live in its process, with no kernel object to share, so usiw refuses with EOPNOTSUPP and the test skips (its traffic would need USIW_COMPLETION=acked, as ACKED_RUN)"
     "test_parent_domain.ParentDomainTrafficTest.test_mem_align_ud_traffic|UD QPs; $UD"
     "test_relaxed_ordering.RoTestCase.test_ro_ud_traffic|UD QPs; $UD"
     "test_relaxed_ordering.RoTestCase.test_ro_xrc_traffic|XRC QPs: an InfiniBand transport, not iWARP"
@@ -197,11 +217,13 @@ gunzip -f "$WORK"/tests/*.gz || bail "cannot unpack the suite's .gz files"
 mkdir -p "$WORK/user" "$WORK/system"  # no links configured: the default usiw0 on lo
 
 # pyverbs_run ARGS...: the runner under `usiw run`, in a clean environment
-# as far as usiw and Python are concerned.
+# as far as usiw and Python are concerned; USIW_COMPLETION is $COMPLETION
+# (transport unless the caller sets it).
 pyverbs_run() {
     (cd "$WORK" && env -u PYTHONPATH -u PYTHONHOME -u USIW_PROVIDER_LIB -u LD_PRELOAD \
         -u XDG_CONFIG_HOME -u RDMAV_DRIVERS -u IBV_DRIVERS \
         USIW_CONFIG_DIR="$WORK/user" USIW_SYSTEM_CONFIG_DIR="$WORK/system" \
+        USIW_COMPLETION="${COMPLETION:-transport}" \
         PYTHONDONTWRITEBYTECODE=1 \
         "$USIW" run "$PYTHON" "$RUNNER" "$WORK/tests" "$DEVICE" "$@")
 }
@@ -218,7 +240,8 @@ while read -r id; do listed[$id]=1; done <"$WORK/all"
 
 classify() {  # ID: prints the list that holds it, or nothing
     local id=$1 entry name
-    for name in "${RUN[@]}" "${RDMACM_RUN[@]}" "${RUN_WITH_HUGE_PAGES[@]}"; do
+    for name in "${RUN[@]}" "${ACKED_RUN[@]}" "${RDMACM_RUN[@]}" "${RDMACM_ACKED_RUN[@]}" \
+        "${RUN_WITH_HUGE_PAGES[@]}"; do
         [[ $id == "$name" ]] && { echo RUN; return; }
     done
     for entry in "${KNOWN_BUGS[@]}"; do [[ $id == "${entry%%|*}" ]] && { echo KNOWN_BUGS; return; }; done
@@ -231,12 +254,12 @@ classify() {  # ID: prints the list that holds it, or nothing
 coverage_ok=1
 while read -r id; do
     if [[ -z $(classify "$id") ]]; then
-        echo "  $id is in no list (RUN, RDMACM_RUN, RUN_WITH_HUGE_PAGES, KNOWN_BUGS, SKIP): classify it"
+        echo "  $id is in no list (RUN, ACKED_RUN, RDMACM_RUN, RDMACM_ACKED_RUN, RUN_WITH_HUGE_PAGES, KNOWN_BUGS, SKIP): classify it"
         coverage_ok=0
     fi
 done <"$WORK/all"
-for entry in "${RUN[@]}" "${RDMACM_RUN[@]}" "${RUN_WITH_HUGE_PAGES[@]}" "${KNOWN_BUGS[@]}" \
-    "${SKIP[@]}"; do
+for entry in "${RUN[@]}" "${ACKED_RUN[@]}" "${RDMACM_RUN[@]}" "${RDMACM_ACKED_RUN[@]}" \
+    "${RUN_WITH_HUGE_PAGES[@]}" "${KNOWN_BUGS[@]}" "${SKIP[@]}"; do
     name=${entry%%|*}
     found=0
     for id in "${!listed[@]}"; do
@@ -249,10 +272,10 @@ for entry in "${RUN[@]}" "${RDMACM_RUN[@]}" "${RUN_WITH_HUGE_PAGES[@]}" "${KNOWN
 done
 if [[ $coverage_ok -eq 1 ]]; then
     ok "all $(wc -l <"$WORK/all") tests of ${MODULES[*]} are classified" \
-        "($((${#RUN[@]} + ${#RDMACM_RUN[@]} + ${#RUN_WITH_HUGE_PAGES[@]})) run," \
+        "($((${#RUN[@]} + ${#ACKED_RUN[@]} + ${#RDMACM_RUN[@]} + ${#RDMACM_ACKED_RUN[@]} + ${#RUN_WITH_HUGE_PAGES[@]})) run," \
         "${#KNOWN_BUGS[@]} known bugs, the rest skipped)"
 else
-    bad "the lists (RUN, RDMACM_RUN, RUN_WITH_HUGE_PAGES, KNOWN_BUGS, SKIP) and the installed suite differ, as above"
+    bad "the lists (RUN, ACKED_RUN, RDMACM_RUN, RDMACM_ACKED_RUN, RUN_WITH_HUGE_PAGES, KNOWN_BUGS, SKIP) and the installed suite differ, as above"
 fi
 
 # --- the tests that must pass ---
@@ -266,6 +289,19 @@ passed=$((passed + run_passed))
 if [[ $status -ne 0 || $run_passed -ne ${#RUN[@]} ]]; then
     failed=$((failed + (run_bad > 0 ? run_bad : 1)))
     echo "FAIL: pyverbs: $run_passed of ${#RUN[@]} RUN tests passed (runner exit $status)"
+fi
+
+# --- the tests that assume InfiniBand's completion semantics ---
+
+echo "--- running ${#ACKED_RUN[@]} tests with USIW_COMPLETION=acked ---"
+COMPLETION=acked pyverbs_run "${ACKED_RUN[@]}" 2>&1 | tee "$WORK/acked.out"
+status=${PIPESTATUS[0]}
+acked_passed=$(grep -c '^PASS ' "$WORK/acked.out")
+passed=$((passed + acked_passed))
+if [[ $status -ne 0 || $acked_passed -ne ${#ACKED_RUN[@]} ]]; then
+    failed=$((failed + ${#ACKED_RUN[@]} - acked_passed))
+    [[ $acked_passed -eq ${#ACKED_RUN[@]} ]] && failed=$((failed + 1))
+    echo "FAIL: pyverbs: $acked_passed of ${#ACKED_RUN[@]} ACKED_RUN tests passed (runner exit $status)"
 fi
 
 # --- tests that need 2 MiB huge pages ---
@@ -311,21 +347,31 @@ fi
 # device) does not have. As root, the tests run in a private mount
 # namespace where a tmpfs over /sys/class provides just that entry, naming
 # lo; usiw itself reads no sysfs. Unprivileged runs report them skipped.
-if [[ $(id -u) -eq 0 ]] && command -v unshare >/dev/null; then
-    echo "--- running ${#RDMACM_RUN[@]} rdma_cm tests (private /sys/class) ---"
+# rdmacm_run OUTPUT COMPLETION TEST...: the tests in that namespace, with
+# USIW_COMPLETION=COMPLETION; counts what passed and failed.
+rdmacm_run() {
+    local out=$1 completion=$2
+    shift 2
+    echo "--- running $# rdma_cm tests (private /sys/class, USIW_COMPLETION=$completion) ---"
     (cd "$WORK" && env -u PYTHONPATH -u PYTHONHOME -u USIW_PROVIDER_LIB -u LD_PRELOAD \
         USIW_CONFIG_DIR="$WORK/user" USIW_SYSTEM_CONFIG_DIR="$WORK/system" \
-        PYTHONDONTWRITEBYTECODE=1 \
+        USIW_COMPLETION="$completion" PYTHONDONTWRITEBYTECODE=1 \
         unshare -m sh -c 'mount -t tmpfs usiw-sysfs /sys/class &&
             mkdir -p "/sys/class/infiniband/$1/device/net/lo" && shift && exec "$@"' \
-        sh "$DEVICE" "$USIW" run "$PYTHON" "$RUNNER" "$WORK/tests" "$DEVICE" "${RDMACM_RUN[@]}") \
-        2>&1 | tee "$WORK/rdmacm.out"
-    cm_passed=$(grep -c '^PASS ' "$WORK/rdmacm.out")
+        sh "$DEVICE" "$USIW" run "$PYTHON" "$RUNNER" "$WORK/tests" "$DEVICE" "$@") \
+        2>&1 | tee "$out"
+    local cm_passed
+    cm_passed=$(grep -c '^PASS ' "$out")
     passed=$((passed + cm_passed))
-    if [[ $cm_passed -ne ${#RDMACM_RUN[@]} ]]; then
-        failed=$((failed + ${#RDMACM_RUN[@]} - cm_passed))
-        echo "FAIL: pyverbs rdma_cm: $cm_passed of ${#RDMACM_RUN[@]} tests passed"
+    if [[ $cm_passed -ne $# ]]; then
+        failed=$((failed + $# - cm_passed))
+        echo "FAIL: pyverbs rdma_cm: $cm_passed of $# tests passed (USIW_COMPLETION=$completion)"
     fi
+}
+
+if [[ $(id -u) -eq 0 ]] && command -v unshare >/dev/null; then
+    rdmacm_run "$WORK/rdmacm.out" transport "${RDMACM_RUN[@]}"
+    rdmacm_run "$WORK/rdmacm-acked.out" acked "${RDMACM_ACKED_RUN[@]}"
 else
     skip "the rdma_cm tests need root (a private mount namespace)"
 fi

@@ -499,6 +499,50 @@ void test_sync_connect_refused(void**) {
     close_listener(l);
 }
 
+// What librdmacm 44's own internal functions read of an id past the public
+// struct (cma_id_private: cma_dev at 416, sync at 448; cma_device:
+// max_qpsize at 72). rsockets call ucma_complete and ucma_max_qpsize on
+// usiw's ids: without these, rconnect crashed in rpoll.
+int private_sync(const rdma_cm_id* id) {
+    int sync;
+    std::memcpy(&sync, reinterpret_cast<const char*>(id) + 448, sizeof sync);
+    return sync;
+}
+int private_max_qpsize(const rdma_cm_id* id) {
+    const char* cma_dev;
+    std::memcpy(&cma_dev, reinterpret_cast<const char*>(id) + 416, sizeof cma_dev);
+    int max_qpsize = -1;
+    if (cma_dev)
+        std::memcpy(&max_qpsize, cma_dev + 72, sizeof max_qpsize);
+    return max_qpsize;
+}
+
+void test_librdmacm_private_fields(void**) {
+    static_assert(sizeof(rdma_cm_id) == 416);
+    rdma_cm_id* sync_id = nullptr;
+    assert_int_equal(rdma_create_id(nullptr, &sync_id, nullptr, RDMA_PS_TCP), 0);
+    assert_int_equal(private_sync(sync_id), 1);
+    assert_int_equal(private_max_qpsize(sync_id), -1);  // no device before bind
+    auto local = address("127.0.0.1", 0);
+    assert_int_equal(rdma_bind_addr(sync_id, sa(local)), 0);
+    assert_non_null(sync_id->verbs);
+    ibv_device_attr attr{};
+    assert_int_equal(ibv_query_device(sync_id->verbs, &attr), 0);
+    assert_int_equal(private_max_qpsize(sync_id), attr.max_qp_wr);
+
+    rdma_event_channel* ch = rdma_create_event_channel();
+    assert_non_null(ch);
+    rdma_cm_id* async_id = nullptr;
+    assert_int_equal(rdma_create_id(ch, &async_id, nullptr, RDMA_PS_TCP), 0);
+    assert_int_equal(private_sync(async_id), 0);
+    // Moved to a channel, the synchronous id is no longer one.
+    assert_int_equal(rdma_migrate_id(sync_id, ch), 0);
+    assert_int_equal(private_sync(sync_id), 0);
+    assert_int_equal(rdma_destroy_id(sync_id), 0);
+    assert_int_equal(rdma_destroy_id(async_id), 0);
+    rdma_destroy_event_channel(ch);
+}
+
 // --- event channels ---
 
 void test_nonblocking_channel(void**) {
@@ -1000,6 +1044,7 @@ int main(int argc, char** argv) {
         cmocka_unit_test(test_calls_on_no_id_fail),
         cmocka_unit_test(test_sync_endpoints),
         cmocka_unit_test(test_sync_connect_refused),
+        cmocka_unit_test(test_librdmacm_private_fields),
         cmocka_unit_test(test_nonblocking_channel),
         cmocka_unit_test(test_channel_destroyed_under_waiter),
         cmocka_unit_test(test_destroy_id_with_unacked_events),

@@ -994,6 +994,16 @@ class Spinner {
     std::thread thread_;
 };
 
+#if defined(__SANITIZE_THREAD__)
+extern "C" void AnnotateIgnoreReadsBegin(const char* file, int line);
+extern "C" void AnnotateIgnoreReadsEnd(const char* file, int line);
+void ignore_reads_begin() { AnnotateIgnoreReadsBegin(__FILE__, __LINE__); }
+void ignore_reads_end() { AnnotateIgnoreReadsEnd(__FILE__, __LINE__); }
+#else
+void ignore_reads_begin() {}
+void ignore_reads_end() {}
+#endif
+
 // How a test watches the target's memory for a WRITE: looking every 100 us,
 // or spinning without ever giving up the CPU, as ib_write_lat's target does.
 enum class Watch { kSleeping, kSpinning };
@@ -1007,11 +1017,16 @@ void write_and_watch(Pair& p, const Buf& src, const Buf& dst, uint32_t seed, con
     pattern(src.p, src.n, seed);
     post(p.a, rdma_wr(IBV_WR_RDMA_WRITE, seed, {src.sge(0, src.n)}, dst.addr(), dst.rkey(), 0));
     const auto deadline = Clock::now() + std::chrono::milliseconds(kTimeoutMs);
+    // Reading memory while the peer's WRITE lands in it, with nothing but
+    // the bytes themselves to say it landed, is the RDMA memory model, not
+    // a race between threads: ThreadSanitizer is told so.
+    ignore_reads_begin();
     while (std::memcmp(dst.p, src.p, dst.n) != 0 && Clock::now() < deadline) {
         if (watch == Watch::kSleeping)
             usleep(100);
     }
     expect_bytes(dst.p, src.p, dst.n, what);
+    ignore_reads_end();
 }
 
 // While nobody polls, the engine's thread places what arrives. While an
@@ -1671,8 +1686,10 @@ struct RawTarget {
 
 constexpr size_t kRawMr = 65536;
 
-RawTarget raw_target(bool crc, size_t recvs, int qp_access = kAllAccess,
-                     int mr_access = kAllAccess) {
+// `usiw_initiates`: usiw may transmit before the raw peer has (it holds
+// everything, a memory window's bind too, until then when it does not).
+RawTarget raw_target(bool crc, size_t recvs, int qp_access = kAllAccess, int mr_access = kAllAccess,
+                     bool usiw_initiates = false) {
     RawTarget t;
     t.crc = crc;
     t.recvs = recvs;
@@ -1687,7 +1704,7 @@ RawTarget raw_target(bool crc, size_t recvs, int qp_access = kAllAccess,
     t.rbuf = new_buf(t.h, 4 * 4096);
     for (size_t i = 0; i < recvs; ++i)
         post_recv(t.qp, i, {t.rbuf.sge(i * 4096, 4096)});
-    t.raw = attach_to_raw(t.qp, Framing{crc, 65536}, false);
+    t.raw = attach_to_raw(t.qp, Framing{crc, 65536}, usiw_initiates);
     return t;
 }
 
@@ -2535,6 +2552,432 @@ void test_engine_thread_scheduling(void**) {
     release_all();
 }
 
+// ===========================================================================
+// Memory windows (ibv_alloc_mw, ibv_bind_mw, IBV_WR_BIND_MW, IBV_WR_LOCAL_INV,
+// Send with Invalidate): data lands and is read only inside a bound window,
+// with its rights, through its key of the moment.
+
+constexpr int kBindable = kAllAccess | IBV_ACCESS_MW_BIND;
+constexpr unsigned kWindowRw = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+
+// Windows a test allocated; deallocated before release_all() (a window
+// holds its PD, and a bound one its MR).
+std::vector<ibv_mw*> g_windows;
+
+ibv_mw* new_mw(const Host& h, ibv_mw_type type) {
+    ibv_mw* mw = ibv_alloc_mw(h.pd, type);
+    EXPECT(mw, "ibv_alloc_mw(type %d): %s", type, strerror(errno));
+    EXPECT(mw->type == type && mw->pd == h.pd, "window of type %d on PD %p", mw->type,
+           static_cast<void*>(mw->pd));
+    g_windows.push_back(mw);
+    return mw;
+}
+
+void dealloc_mw(ibv_mw* mw) {
+    EXPECT(ibv_dealloc_mw(mw) == 0, "ibv_dealloc_mw");
+    std::erase(g_windows, mw);
+}
+
+void release_windows() {
+    for (ibv_mw* mw : g_windows)
+        ibv_dealloc_mw(mw);
+    g_windows.clear();
+    release_all();
+}
+
+int mw_teardown(void** state) {
+    for (ibv_mw* mw : g_windows)
+        ibv_dealloc_mw(mw);
+    g_windows.clear();
+    return teardown(state);
+}
+
+// Binds a type 1 window with ibv_bind_mw; the bind completes on `cq` with
+// `status`. Returns the window's new rkey.
+uint32_t bind_type1(ibv_qp* qp, ibv_cq* cq, ibv_mw* mw, ibv_mr* mr, uint64_t addr, uint64_t len,
+                    unsigned access, ibv_wc_status status = IBV_WC_SUCCESS) {
+    ibv_mw_bind b{};
+    b.wr_id = 0xb1;
+    b.send_flags = IBV_SEND_SIGNALED;
+    b.bind_info = {mr, addr, len, access};
+    const uint32_t before = mw->rkey;
+    const int err = ibv_bind_mw(qp, mw, &b);
+    EXPECT(err == 0, "ibv_bind_mw: %s", strerror(err));
+    EXPECT(mw->rkey == ibv_inc_rkey(before), "rkey 0x%x after the bind of 0x%x", mw->rkey, before);
+    expect_wc(expect_one(cq, "bind"), 0xb1, status, IBV_WC_BIND_MW, "bind");
+    return mw->rkey;
+}
+
+int post_bind(ibv_qp* qp, ibv_mw* mw, uint32_t rkey, ibv_mr* mr, uint64_t addr, uint64_t len,
+              unsigned access) {
+    ibv_send_wr wr{};
+    wr.wr_id = 0xb2;
+    wr.opcode = IBV_WR_BIND_MW;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.bind_mw.mw = mw;
+    wr.bind_mw.rkey = rkey;
+    wr.bind_mw.bind_info = {mr, addr, len, access};
+    ibv_send_wr* bad = nullptr;
+    return ibv_post_send(qp, &wr, &bad);
+}
+
+// Binds a type 2 window with IBV_WR_BIND_MW and the next key.
+uint32_t bind_type2(ibv_qp* qp, ibv_cq* cq, ibv_mw* mw, ibv_mr* mr, uint64_t addr, uint64_t len,
+                    unsigned access, ibv_wc_status status = IBV_WC_SUCCESS) {
+    const uint32_t rkey = ibv_inc_rkey(mw->rkey);
+    const int err = post_bind(qp, mw, rkey, mr, addr, len, access);
+    EXPECT(err == 0, "ibv_post_send(IBV_WR_BIND_MW): %s", strerror(err));
+    expect_wc(expect_one(cq, "bind"), 0xb2, status, IBV_WC_BIND_MW, "bind");
+    return rkey;
+}
+
+uint32_t bind(int type, ibv_qp* qp, ibv_cq* cq, ibv_mw* mw, ibv_mr* mr, uint64_t addr, uint64_t len,
+              unsigned access, ibv_wc_status status = IBV_WC_SUCCESS) {
+    return type == 1 ? bind_type1(qp, cq, mw, mr, addr, len, access, status)
+                     : bind_type2(qp, cq, mw, mr, addr, len, access, status);
+}
+
+void local_inv(ibv_qp* qp, ibv_cq* cq, uint32_t rkey, ibv_wc_status status = IBV_WC_SUCCESS) {
+    ibv_send_wr wr{};
+    wr.wr_id = 0x1f;
+    wr.opcode = IBV_WR_LOCAL_INV;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.invalidate_rkey = rkey;
+    ibv_send_wr* bad = nullptr;
+    EXPECT(ibv_post_send(qp, &wr, &bad) == 0, "ibv_post_send(IBV_WR_LOCAL_INV)");
+    expect_wc(expect_one(cq, "local invalidation"), 0x1f, status, IBV_WC_LOCAL_INV,
+              "local invalidation");
+}
+
+// WRITE and READ through a window of each type over an MR that grants no
+// remote access itself: the bytes land inside the window and nowhere else,
+// and a READ returns them.
+void test_mw_data_through_window(void**) {
+    for (const Framing& c : {kConfigs[0], kConfigs[3]}) {
+        for (int type = 1; type <= 2; ++type) {
+            where("window type %d %s: bind", type, framing_name(c));
+            const uint64_t binds = device_counter(test_device(), &usiw::DeviceStats::mw_binds);
+            Pair p = new_pair(c);
+            Buf t = new_buf(p.hb, 65536, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+            pattern(t.p, t.n, 301);
+            std::vector<uint8_t> image(t.p, t.p + t.n);
+            ibv_mw* mw = new_mw(p.hb, type == 1 ? IBV_MW_TYPE_1 : IBV_MW_TYPE_2);
+            const uint32_t first = mw->rkey;
+            constexpr size_t kOff = 4096, kLen = 16384;
+            const uint32_t rkey = bind(type, p.b, p.bs, mw, t.mr, t.addr(kOff), kLen, kWindowRw);
+            EXPECT((rkey >> 8) == (first >> 8) && rkey != first,
+                   "the bound window's rkey 0x%x (allocated as 0x%x): only the key may change",
+                   rkey, first);
+            EXPECT(device_counter(test_device(), &usiw::DeviceStats::mw_binds) >= binds + 1,
+                   "mw_binds did not count the bind");
+
+            where("window type %d %s: WRITE", type, framing_name(c));
+            Buf src = new_buf(p.ha, kLen);
+            pattern(src.p, src.n, 302);
+            Buf note = new_buf(p.hb, 64);
+            post_recv(p.b, 1, {note.sge(0, 64)});
+            EXPECT(post_chain(
+                       p.a, {rdma_wr(IBV_WR_RDMA_WRITE, 10, {src.sge(0, kLen)}, t.addr(kOff), rkey),
+                             send_wr(11, {src.sge(0, 8)})}) == 0,
+                   "ibv_post_send(WRITE, SEND)");
+            const std::vector<ibv_wc> sent = expect_wcs(p.as, 2, "initiator");
+            expect_wc(sent[0], 10, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, "WRITE");
+            expect_recv(expect_one(p.br, "target"), 1, 8, "target");
+            std::memcpy(image.data() + kOff, src.p, kLen);
+            expect_bytes(t.p, image.data(), t.n, "the MR behind the window");
+
+            where("window type %d %s: READ", type, framing_name(c));
+            Buf dst = new_buf(p.ha, 8192);
+            post(p.a,
+                 rdma_wr(IBV_WR_RDMA_READ, 12, {dst.sge(100, 5000)}, t.addr(kOff + 3000), rkey));
+            expect_wc(expect_one(p.as, "READ"), 12, IBV_WC_SUCCESS, IBV_WC_RDMA_READ, "READ");
+            expect_landed(dst, 100, image.data() + kOff + 3000, 5000, "READ through the window");
+            release_windows();
+        }
+    }
+}
+
+// What a raw peer's access through a window meets: the TERMINATE's cause,
+// the QP's access error, and the MR untouched.
+enum class MwHostile {
+    kPastEnd,
+    kBeforeStart,
+    kNoWriteRight,
+    kOldKeyAfterRebind,
+    kLocalInvalidated,
+    kRemoteInvalidated,
+    kDeallocated,
+    kUnbound,
+    kOtherQp,
+    kReadNoReadRight,
+    kInvalidateType1,
+};
+
+struct MwHostileCase {
+    MwHostile what;
+    const char* name;
+    int type;
+};
+
+constexpr MwHostileCase kMwHostile[] = {
+    {MwHostile::kPastEnd, "WRITE past the window's end (inside the MR)", 2},
+    {MwHostile::kBeforeStart, "WRITE one byte before the window", 1},
+    {MwHostile::kNoWriteRight, "WRITE through a window without REMOTE_WRITE", 2},
+    {MwHostile::kOldKeyAfterRebind, "WRITE with the key of the previous bind", 1},
+    {MwHostile::kLocalInvalidated, "WRITE after IBV_WR_LOCAL_INV", 2},
+    {MwHostile::kRemoteInvalidated, "WRITE after Send with Invalidate", 2},
+    {MwHostile::kDeallocated, "WRITE after ibv_dealloc_mw", 2},
+    {MwHostile::kUnbound, "WRITE after a zero-length bind", 1},
+    {MwHostile::kOtherQp, "WRITE through a type 2 window bound by another QP", 2},
+    {MwHostile::kReadNoReadRight, "Read Request through a window without REMOTE_READ", 2},
+    {MwHostile::kInvalidateType1, "Send with Invalidate of a type 1 window", 1},
+};
+
+std::vector<uint8_t> fpdu_send_inv(uint32_t msn, uint32_t stag, const uint8_t* data, size_t n,
+                                   bool crc) {
+    wire::SegmentHeader h;
+    h.opcode = wire::Opcode::kSendInvalidate;
+    h.inval_stag = stag;
+    h.msn = msn;
+    h.last = true;
+    return frame(h, data, n, crc);
+}
+
+void test_mw_raw_refused(void**) {
+    constexpr size_t kOff = 8192, kLen = 4096;
+    for (const MwHostileCase& hc : kMwHostile) {
+        where("raw: %s", hc.name);
+        RawTarget t = raw_target(false, 2, kAllAccess, kBindable, true);
+        ibv_mw* mw = new_mw(t.h, hc.type == 1 ? IBV_MW_TYPE_1 : IBV_MW_TYPE_2);
+        unsigned rights = kWindowRw;
+        if (hc.what == MwHostile::kNoWriteRight)
+            rights = IBV_ACCESS_REMOTE_READ;
+        else if (hc.what == MwHostile::kReadNoReadRight)
+            rights = IBV_ACCESS_REMOTE_WRITE;
+        ibv_qp* binder = t.qp;
+        if (hc.what == MwHostile::kOtherQp) {
+            // Another QP of the same PD, connected elsewhere, binds it.
+            binder = new_qp(t.h, t.cq, t.cq);
+            attach_to_raw(binder, Framing{false, 65536}, true);
+        }
+        const uint64_t invalidations =
+            device_counter(test_device(), &usiw::DeviceStats::stag_invalidations);
+        uint32_t rkey = bind(hc.type, binder, t.cq, mw, t.mem.mr, t.mem.addr(kOff), kLen, rights);
+        uint8_t data[100];
+        pattern(data, sizeof data, 303);
+        uint64_t to = t.mem.addr(kOff + 10);
+        std::vector<uint8_t> offending;
+        TermExpect e;
+        e.cause = term::kTaggedInvalidStag;
+        e.m = e.d = true;
+        size_t recvs_used = 0;
+        switch (hc.what) {
+            case MwHostile::kPastEnd:
+                to = t.mem.addr(kOff + kLen - 50);
+                e.cause = term::kTaggedBaseBounds;
+                break;
+            case MwHostile::kBeforeStart:
+                to = t.mem.addr(kOff - 1);
+                e.cause = term::kTaggedBaseBounds;
+                break;
+            case MwHostile::kNoWriteRight:
+                e.cause = term::kAccessRights;
+                break;
+            case MwHostile::kOldKeyAfterRebind: {
+                const uint32_t old = rkey;
+                rkey = bind(hc.type, t.qp, t.cq, mw, t.mem.mr, t.mem.addr(kOff), kLen, rights);
+                EXPECT(rkey != old, "the rebind kept the key");
+                rkey = old;
+                break;
+            }
+            case MwHostile::kLocalInvalidated:
+                local_inv(t.qp, t.cq, rkey);
+                break;
+            case MwHostile::kRemoteInvalidated:
+                offending = fpdu_send_inv(1, rkey, data, 10, false);
+                recvs_used = 1;
+                break;
+            case MwHostile::kDeallocated:
+                dealloc_mw(mw);
+                break;
+            case MwHostile::kUnbound:
+                bind(hc.type, t.qp, t.cq, mw, t.mem.mr, t.mem.addr(kOff), 0, 0);
+                break;
+            case MwHostile::kOtherQp:
+                e.cause = term::kTaggedStagNotAssociated;
+                break;
+            case MwHostile::kReadNoReadRight:
+            case MwHostile::kInvalidateType1:
+                break;
+        }
+        if (hc.what == MwHostile::kReadNoReadRight) {
+            const wire::ReadRequestFields r{0x1234, 0x5000, 100, rkey, t.mem.addr(kOff)};
+            offending = fpdu_read_request(1, r, false);
+            e.cause = term::kAccessRights;
+            e.r = true;
+            e.check = [&](const wire::TerminatedMessage& m) {
+                EXPECT(m.has_read_request && m.read_request.source_stag == rkey,
+                       "the Read Request copied back names STag 0x%x", m.read_request.source_stag);
+            };
+        } else if (hc.what == MwHostile::kInvalidateType1) {
+            offending = fpdu_send_inv(1, rkey, data, 10, false);
+            e.cause = term::kCannotInvalidate;
+            e.check = terminated_untagged(4, 0, 1, 10);
+        } else {
+            std::vector<uint8_t> w = fpdu_write(rkey, to, data, sizeof data, false);
+            offending.insert(offending.end(), w.begin(), w.end());
+            e.check = terminated_write(rkey, to, sizeof data);
+        }
+        // Cannot Invalidate is a remote operation error, not a protection one.
+        raw_exchange(
+            t, offending, e,
+            hc.what == MwHostile::kInvalidateType1 ? IBV_EVENT_QP_FATAL : IBV_EVENT_QP_ACCESS_ERR);
+        if (hc.what == MwHostile::kInvalidateType1) {
+            expect_wc(expect_one(t.cq, "the Send with Invalidate's receive"), 0,
+                      IBV_WC_REM_INV_REQ_ERR, IBV_WC_RECV, "receive");
+            recvs_used = 1;
+        } else if (hc.what == MwHostile::kRemoteInvalidated) {
+            const ibv_wc wc = expect_one(t.cq, "the Send with Invalidate's receive");
+            expect_recv(wc, 0, 10, "Send with Invalidate");
+            EXPECT((wc.wc_flags & IBV_WC_WITH_INV) && wc.invalidated_rkey == rkey,
+                   "wc_flags 0x%x invalidated_rkey 0x%x, expected IBV_WC_WITH_INV and 0x%x",
+                   wc.wc_flags, wc.invalidated_rkey, rkey);
+        }
+        if (hc.what == MwHostile::kLocalInvalidated || hc.what == MwHostile::kRemoteInvalidated)
+            EXPECT(device_counter(test_device(), &usiw::DeviceStats::stag_invalidations) >=
+                       invalidations + 1,
+                   "stag_invalidations did not count the invalidation");
+        expect_recvs_flushed(t, recvs_used);
+        release_windows();
+    }
+}
+
+// A registered buffer outside the fixture, for tests that deregister it
+// themselves.
+struct OwnMr {
+    std::vector<uint8_t> mem = std::vector<uint8_t>(16384);
+    ibv_mr* mr = nullptr;
+    uint64_t addr(size_t off = 0) const { return reinterpret_cast<uintptr_t>(mem.data()) + off; }
+};
+
+OwnMr reg(const Host& h, int access) {
+    OwnMr m;
+    m.mr = ibv_reg_mr(h.pd, m.mem.data(), m.mem.size(), access);
+    EXPECT(m.mr, "ibv_reg_mr: %s", strerror(errno));
+    return m;
+}
+
+// The verbs rules: what ibv_alloc_mw, ibv_bind_mw and post_send refuse, a
+// bound MR's deregistration (EBUSY, as rxe), and the binds that fail when
+// they execute (IBV_WC_MW_BIND_ERR, and the QP goes to ERR).
+void test_mw_rules(void**) {
+    where("device attributes");
+    {
+        Host h = new_host();
+        ibv_device_attr a{};
+        EXPECT(ibv_query_device(h.ctx, &a) == 0, "ibv_query_device");
+        EXPECT(a.max_mw > 0, "max_mw %d", a.max_mw);
+        EXPECT((a.device_cap_flags & IBV_DEVICE_MEM_WINDOW) &&
+                   (a.device_cap_flags & IBV_DEVICE_MEM_WINDOW_TYPE_2B),
+               "device_cap_flags 0x%x lack the memory-window flags", a.device_cap_flags);
+        errno = 0;
+        EXPECT(!ibv_alloc_mw(h.pd, static_cast<ibv_mw_type>(3)) && errno == EINVAL,
+               "a window of type 3: errno %d", errno);
+        release_all();
+    }
+
+    where("what post_send and ibv_bind_mw refuse");
+    {
+        Pair p = new_pair(kConfigs[0]);
+        OwnMr m = reg(p.hb, kBindable);
+        ibv_mw* w1 = new_mw(p.hb, IBV_MW_TYPE_1);
+        ibv_mw* w2 = new_mw(p.hb, IBV_MW_TYPE_2);
+        ibv_mw_bind b{};
+        b.bind_info = {m.mr, m.addr(), 4096, kWindowRw};
+        EXPECT(ibv_bind_mw(p.b, w2, &b) == EINVAL, "ibv_bind_mw of a type 2 window");
+        EXPECT(
+            post_bind(p.b, w1, ibv_inc_rkey(w1->rkey), m.mr, m.addr(), 4096, kWindowRw) == EINVAL,
+            "IBV_WR_BIND_MW of a type 1 window");
+        EXPECT(post_bind(p.b, w2, ibv_inc_rkey(w2->rkey) ^ 0x100, m.mr, m.addr(), 4096,
+                         kWindowRw) == EINVAL,
+               "IBV_WR_BIND_MW changing the window's index");
+        EXPECT(post_bind(p.b, w2, ibv_inc_rkey(w2->rkey), nullptr, 0, 0, 0) == EINVAL,
+               "IBV_WR_BIND_MW of a type 2 window with no MR");
+        EXPECT(post_bind(p.b, w2, ibv_inc_rkey(w2->rkey), m.mr, m.addr(), 4096,
+                         kWindowRw | IBV_ACCESS_ZERO_BASED) == EINVAL,
+               "a zero-based window");
+        expect_cq_empty(p.bs, kQuietMs, "refused binds");
+
+        where("deregistering an MR with bound windows");
+        const uint32_t k1 = bind_type1(p.b, p.bs, w1, m.mr, m.addr(0), 4096, kWindowRw);
+        const uint32_t k2 = bind_type2(p.b, p.bs, w2, m.mr, m.addr(4096), 4096, kWindowRw);
+        EXPECT(k1 != k2, "two windows with one rkey");
+        EXPECT(ibv_dereg_mr(m.mr) == EBUSY, "ibv_dereg_mr with two windows bound");
+        errno = 0;
+        EXPECT(ibv_rereg_mr(m.mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0, kAllAccess) ==
+                       IBV_REREG_MR_ERR_CMD &&
+                   errno == EBUSY,
+               "ibv_rereg_mr with windows bound: errno %d", errno);
+        local_inv(p.b, p.bs, k2);
+        EXPECT(ibv_dereg_mr(m.mr) == EBUSY, "ibv_dereg_mr with the type 1 window still bound");
+        bind_type1(p.b, p.bs, w1, m.mr, m.addr(), 0, 0);  // a zero-length bind unbinds
+        EXPECT(ibv_dereg_mr(m.mr) == 0, "ibv_dereg_mr once no window is bound");
+
+        where("a type 2 window bound again after its invalidation, then deallocated");
+        OwnMr m2 = reg(p.hb, kBindable);
+        bind_type2(p.b, p.bs, w2, m2.mr, m2.addr(100), 100, kWindowRw);
+        EXPECT(ibv_dereg_mr(m2.mr) == EBUSY, "ibv_dereg_mr with a type 2 window bound");
+        dealloc_mw(w2);
+        EXPECT(ibv_dereg_mr(m2.mr) == 0, "ibv_dereg_mr after the bound window was deallocated");
+        EXPECT(qp_state(p.b) == IBV_QPS_RTS, "the binding QP left RTS");
+
+        where("a type 2 window whose QP was destroyed is unbound");
+        ibv_mw* w3 = new_mw(p.hb, IBV_MW_TYPE_2);
+        ibv_qp* q2 = new_qp(p.hb, p.bs, p.bs);
+        attach_to_raw(q2, kConfigs[0], true);
+        OwnMr m3 = reg(p.hb, kBindable);
+        bind_type2(q2, p.bs, w3, m3.mr, m3.addr(), 4096, kWindowRw);
+        EXPECT(ibv_dereg_mr(m3.mr) == EBUSY, "ibv_dereg_mr with a type 2 window bound");
+        destroy(q2);
+        EXPECT(ibv_dereg_mr(m3.mr) == 0, "ibv_dereg_mr after the window's QP was destroyed");
+        release_windows();
+    }
+
+    struct BindFailure {
+        const char* name;
+        int mr_access;
+        size_t off, len;
+        bool rebind;            // a type 2 window bound a second time
+        bool invalidate_type1;  // IBV_WR_LOCAL_INV of a bound type 1 window
+    };
+    const BindFailure failures[] = {
+        {"an MR without IBV_ACCESS_MW_BIND", kAllAccess, 0, 4096, false, false},
+        {"a window past the MR's end", kBindable, 16384 - 100, 200, false, false},
+        {"remote write on an MR without local write", IBV_ACCESS_REMOTE_READ | IBV_ACCESS_MW_BIND,
+         0, 4096, false, false},
+        {"a type 2 window bound again before its invalidation", kBindable, 0, 4096, true, false},
+        {"IBV_WR_LOCAL_INV of a type 1 window", kBindable, 0, 4096, false, true},
+    };
+    for (const BindFailure& f : failures) {
+        where("fails when executed: %s", f.name);
+        Pair p = new_pair(kConfigs[0]);
+        OwnMr m = reg(p.hb, f.mr_access);
+        ibv_mw* mw = new_mw(p.hb, f.invalidate_type1 ? IBV_MW_TYPE_1 : IBV_MW_TYPE_2);
+        if (f.invalidate_type1) {
+            const uint32_t k = bind_type1(p.b, p.bs, mw, m.mr, m.addr(f.off), f.len, kWindowRw);
+            local_inv(p.b, p.bs, k, IBV_WC_LOC_QP_OP_ERR);
+        } else {
+            if (f.rebind)
+                bind_type2(p.b, p.bs, mw, m.mr, m.addr(f.off), f.len, kWindowRw);
+            bind_type2(p.b, p.bs, mw, m.mr, m.addr(f.off), f.len, kWindowRw, IBV_WC_MW_BIND_ERR);
+        }
+        expect_state(p.b, IBV_QPS_ERR, "the binding QP");
+        dealloc_mw(mw);
+        EXPECT(ibv_dereg_mr(m.mr) == 0, "ibv_dereg_mr");
+        release_windows();
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -2583,6 +3026,10 @@ int main(int argc, char** argv) {
         T(test_raw_send_into_unmapped),
         T(test_raw_read_response_into_unmapped),
         T(test_raw_read_request_from_unmapped),
+
+        cmocka_unit_test_teardown(test_mw_data_through_window, mw_teardown),
+        cmocka_unit_test_teardown(test_mw_raw_refused, mw_teardown),
+        cmocka_unit_test_teardown(test_mw_rules, mw_teardown),
     };
     // The engine thread's policy is the process's history: every earlier
     // test that starved the engine switched it to SCHED_OTHER, and each

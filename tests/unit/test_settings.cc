@@ -59,6 +59,7 @@ void test_registry_lists_every_setting(void**) {
         "USIW_ZCOPY_MIN",
         "USIW_ENGINE_SCHED",
         "USIW_ENGINE_LATE_US",
+        "USIW_PEER_TIMEOUT_MS",
         "USIW_DEBUG",
         "VERBS_LOG_LEVEL",
         "VERBS_LOG_FILE",
@@ -71,6 +72,7 @@ void test_registry_lists_every_setting(void**) {
         "USIW_MPA_REQUEST_TIMEOUT_MS",
         "USIW_RDV_PORT",
         "USIW_RDV_TIMEOUT_MIN_MS",
+        "USIW_COMPLETION",
         "USIW_CONFIG_DIR",
         "USIW_SYSTEM_CONFIG_DIR",
         "USIW_PROVIDER_LIB",
@@ -153,6 +155,23 @@ void test_engine_late(void**) {
     unsetenv("USIW_ENGINE_LATE_US");
 }
 
+// USIW_PEER_TIMEOUT_MS: milliseconds, 0 for off; unset or malformed means
+// the default.
+void test_peer_timeout(void**) {
+    unsetenv("USIW_PEER_TIMEOUT_MS");
+    assert_int_equal(settings::peer_timeout_ms(), 60000);
+    assert_int_equal(settings::peer_timeout_ms(), settings::kPeerTimeoutDefaultMs);
+    setenv("USIW_PEER_TIMEOUT_MS", "0", 1);
+    assert_int_equal(settings::peer_timeout_ms(), 0);
+    setenv("USIW_PEER_TIMEOUT_MS", "4000", 1);
+    assert_int_equal(settings::peer_timeout_ms(), 4000);
+    for (const char* bad : {"-5", "4s", "x", "1000000000"}) {
+        setenv("USIW_PEER_TIMEOUT_MS", bad, 1);
+        assert_int_equal(settings::peer_timeout_ms(), settings::kPeerTimeoutDefaultMs);
+    }
+    unsetenv("USIW_PEER_TIMEOUT_MS");
+}
+
 void test_log_level(void**) {
     using settings::LogLevel;
     unsetenv("USIW_DEBUG");
@@ -219,6 +238,7 @@ void test_mpa_knobs(void**) {
     setenv("USIW_MPA_RTR", "read+send", 1);
     setenv("USIW_MPA_GSO", "maybe", 1);  // not a value: ignored
     setenv("USIW_MPA_REPLY_TIMEOUT_MS", "250", 1);
+    setenv("USIW_COMPLETION", "usiw7=acked,usiw8=ib", 1);  // ib: not a value
     const settings::MpaPolicy any = settings::mpa_policy("usiw0");
     assert_int_equal(any.revision, 1);
     assert_false(any.crc_required);
@@ -226,9 +246,12 @@ void test_mpa_knobs(void**) {
     assert_true(any.gso_hint);
     assert_int_equal(any.reply_timeout_ms, 250);
     assert_int_equal(any.request_timeout_ms, 5000);
+    assert_false(any.acked_completion);
+    assert_false(settings::mpa_policy("usiw8").acked_completion);
     const settings::MpaPolicy seven = settings::mpa_policy("usiw7");
     assert_int_equal(seven.revision, 2);
     assert_true(seven.crc_required);
+    assert_true(seven.acked_completion);
     // Read once: later changes do not count.
     setenv("USIW_MPA_REPLY_TIMEOUT_MS", "999", 1);
     assert_int_equal(settings::mpa_policy("usiw0").reply_timeout_ms, 250);
@@ -243,6 +266,7 @@ int main(void) {
         cmocka_unit_test(test_zero_copy_min),
         cmocka_unit_test(test_engine_sched),
         cmocka_unit_test(test_engine_late),
+        cmocka_unit_test(test_peer_timeout),
         cmocka_unit_test(test_log_level),
         cmocka_unit_test(test_wrong_value_reported),
         cmocka_unit_test(test_paths),

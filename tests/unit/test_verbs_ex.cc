@@ -50,7 +50,8 @@ constexpr uint8_t kGuard = 0xA5;
 constexpr int kAllAccess =
     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
 constexpr uint64_t kSendOps = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_INV |
-                              IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_READ;
+                              IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_READ |
+                              IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV;
 
 // --- devices, domains, queues ---
 
@@ -337,9 +338,10 @@ void test_query_device_ex(void**) {
     assert_int_equal(ex.orig_attr.device_cap_flags, plain.device_cap_flags);
     assert_int_equal(ex.device_cap_flags_ex, plain.device_cap_flags);
     // What usiw does: cur_qp_state checks, a system image GUID, port events,
-    // SRQ resizing; nothing it does not.
+    // SRQ resizing, memory windows of type 1 and 2B; nothing it does not.
     const unsigned want = IBV_DEVICE_CURR_QP_STATE_MOD | IBV_DEVICE_SYS_IMAGE_GUID |
-                          IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SRQ_RESIZE;
+                          IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SRQ_RESIZE |
+                          IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
     assert_int_equal(plain.device_cap_flags, want);
     assert_int_equal(ex.phys_port_cnt_ex, 1);
     assert_int_equal(ex.completion_timestamp_mask, 0);
@@ -367,8 +369,6 @@ void test_create_qp_ex_send_ops(void**) {
                                 IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM,
                                 IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP,
                                 IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD,
-                                IBV_QP_EX_WITH_LOCAL_INV,
-                                IBV_QP_EX_WITH_BIND_MW,
                                 IBV_QP_EX_WITH_TSO,
                                 IBV_QP_EX_WITH_ATOMIC_WRITE};
     for (uint64_t op : refused) {
@@ -389,6 +389,8 @@ void test_create_qp_ex_send_ops(void**) {
         assert_true((qpx->wr_send != nullptr) == ((ops & IBV_QP_EX_WITH_SEND) != 0));
         assert_true((qpx->wr_rdma_read != nullptr) == ((ops & IBV_QP_EX_WITH_RDMA_READ) != 0));
         assert_true((qpx->wr_rdma_write != nullptr) == ((ops & IBV_QP_EX_WITH_RDMA_WRITE) != 0));
+        assert_true((qpx->wr_bind_mw != nullptr) == ((ops & IBV_QP_EX_WITH_BIND_MW) != 0));
+        assert_true((qpx->wr_local_inv != nullptr) == ((ops & IBV_QP_EX_WITH_LOCAL_INV) != 0));
         assert_null(qpx->wr_send_imm);
         assert_null(qpx->wr_atomic_cmp_swp);
         assert_non_null(qpx->wr_start);
@@ -511,6 +513,83 @@ void wr_batch_traffic(bool thread_domain) {
     free_end(b);
 }
 
+// ibv_wr_bind_mw binds a type 2 window at b; a WRITEs through it and
+// invalidates it with ibv_wr_send_inv; b binds it again and invalidates it
+// with ibv_wr_local_inv. The bytes land in the window; each completion
+// has its opcode, the receive the invalidated rkey.
+void test_wr_memory_window(void**) {
+    End a;
+    End b;
+    make_end(a);
+    make_end(b);
+    connect_ends(a, b);
+    // The window's MR: MW_BIND and no remote rights of its own.
+    ibv_mr* mr =
+        ibv_reg_mr(b.pd, b.buf.data() + 20000, 8192, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+    assert_non_null(mr);
+    ibv_mw* mw = ibv_alloc_mw(b.pd, IBV_MW_TYPE_2);
+    assert_non_null(mw);
+    const ibv_mw_bind_info info{mr, b.addr(20000 + 1000), 4096,
+                                IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ};
+    const uint32_t rkey = ibv_inc_rkey(mw->rkey);
+    ibv_wr_start(b.qpx);
+    b.qpx->wr_flags = IBV_SEND_SIGNALED;
+    b.qpx->wr_id = 1;
+    ibv_wr_bind_mw(b.qpx, mw, rkey, &info);
+    assert_int_equal(ibv_wr_complete(b.qpx), 0);
+    std::vector<Completion> c = poll_ex(b.cq, 1);
+    assert_int_equal(c.size(), 1);
+    assert_int_equal(c[0].status, IBV_WC_SUCCESS);
+    assert_int_equal(c[0].opcode, IBV_WC_BIND_MW);
+
+    fill_pattern(a.buf.data(), 300, 7);
+    post_recv(b, 2, {b.sge(40000, 64)});
+    ibv_wr_start(a.qpx);
+    a.qpx->wr_flags = IBV_SEND_SIGNALED;
+    a.qpx->wr_id = 3;
+    ibv_wr_rdma_write(a.qpx, rkey, b.addr(20000 + 1000 + 50));
+    ibv_wr_set_sge(a.qpx, a.mr->lkey, a.addr(0), 300);
+    a.qpx->wr_id = 4;
+    ibv_wr_send_inv(a.qpx, rkey);
+    ibv_wr_set_sge(a.qpx, a.mr->lkey, a.addr(0), 8);
+    assert_int_equal(ibv_wr_complete(a.qpx), 0);
+    c = poll_ex(a.cq, 2);
+    assert_int_equal(c.size(), 2);
+    assert_int_equal(c[0].status, IBV_WC_SUCCESS);
+    assert_int_equal(c[1].status, IBV_WC_SUCCESS);
+    c = poll_ex(b.cq, 1);
+    assert_int_equal(c.size(), 1);
+    assert_int_equal(c[0].wr_id, 2);
+    assert_int_equal(c[0].status, IBV_WC_SUCCESS);
+    assert_int_equal(c[0].wc_flags, IBV_WC_WITH_INV);
+    assert_int_equal(c[0].invalidated_rkey, rkey);
+    expect_at(b, 20000 + 1000 + 50, bytes_at(a, 0, 300), "RDMA WRITE through the window");
+
+    // Invalidated, the window binds again (with its next key), and goes
+    // with ibv_wr_local_inv.
+    const uint32_t rkey2 = ibv_inc_rkey(rkey);
+    ibv_wr_start(b.qpx);
+    b.qpx->wr_flags = IBV_SEND_SIGNALED;
+    b.qpx->wr_id = 5;
+    ibv_wr_bind_mw(b.qpx, mw, rkey2, &info);
+    b.qpx->wr_id = 6;
+    ibv_wr_local_inv(b.qpx, rkey2);
+    assert_int_equal(ibv_wr_complete(b.qpx), 0);
+    c = poll_ex(b.cq, 2);
+    assert_int_equal(c.size(), 2);
+    assert_int_equal(c[0].wr_id, 5);
+    assert_int_equal(c[0].status, IBV_WC_SUCCESS);
+    assert_int_equal(c[0].opcode, IBV_WC_BIND_MW);
+    assert_int_equal(c[1].wr_id, 6);
+    assert_int_equal(c[1].status, IBV_WC_SUCCESS);
+    assert_int_equal(c[1].opcode, IBV_WC_LOCAL_INV);
+    // Nothing is bound now: the MR goes, then the window.
+    assert_int_equal(ibv_dereg_mr(mr), 0);
+    assert_int_equal(ibv_dealloc_mw(mw), 0);
+    free_end(a);
+    free_end(b);
+}
+
 void test_wr_batch(void**) {
     wr_batch_traffic(false);
 }
@@ -529,7 +608,7 @@ void test_wr_abort_and_errors(void**) {
     End b;
     EndOpts o;
     o.max_send_sge = 2;
-    o.max_inline = 16;
+    o.max_inline = 32;  // not below what 2 SGEs describe, which a QP always allows
     o.send_wr = 4;
     make_end(a, o);
     make_end(b, o);
@@ -557,7 +636,7 @@ void test_wr_abort_and_errors(void**) {
     ibv_wr_abort(x);
 
     const ibv_sge three[3] = {a.sge(0, 1), a.sge(1, 1), a.sge(2, 1)};
-    uint8_t big[17] = {};
+    uint8_t big[33] = {};
     const struct {
         const char* what;
         int err;
@@ -572,7 +651,7 @@ void test_wr_abort_and_errors(void**) {
         {"more inline data than max_inline_data", EINVAL, true,
          [](ibv_qp_ex* q, End&, const ibv_sge*, uint8_t* p) {
              ibv_wr_send(q);
-             ibv_wr_set_inline_data(q, p, 17);
+             ibv_wr_set_inline_data(q, p, 33);
          }},
         {"inline data for an RDMA READ", EINVAL, true,
          [](ibv_qp_ex* q, End& e, const ibv_sge*, uint8_t* p) {
@@ -1192,6 +1271,7 @@ int main() {
         cmocka_unit_test(test_query_device_ex),
         cmocka_unit_test(test_create_qp_ex_send_ops),
         cmocka_unit_test(test_wr_batch),
+        cmocka_unit_test(test_wr_memory_window),
         cmocka_unit_test(test_wr_batch_thread_domain),
         cmocka_unit_test(test_wr_abort_and_errors),
         cmocka_unit_test(test_wr_flushed_in_error),

@@ -259,6 +259,13 @@ DeviceContext* device_context(Device* device) {
         errno = err;
         return nullptr;
     }
+    ibv_device_attr attr{};
+    if (const int err = ibv_query_device(verbs, &attr)) {
+        ibv_dealloc_pd(pd);
+        ibv_close_device(verbs);
+        errno = err;
+        return nullptr;
+    }
     auto* dc = new (std::nothrow) DeviceContext{device, verbs, pd};
     if (!dc) {
         ibv_dealloc_pd(pd);
@@ -266,6 +273,17 @@ DeviceContext* device_context(Device* device) {
         errno = ENOMEM;
         return nullptr;
     }
+    // As librdmacm's ucma_init_device fills its cma_device.
+    librdmacm::CmaDevice& view = dc->rdmacm_view;
+    view.dev = device->ibv();
+    view.verbs = verbs;
+    view.pd = pd;
+    view.guid = attr.node_guid;
+    view.port_cnt = attr.phys_port_cnt;
+    view.max_qpsize = attr.max_qp_wr;
+    view.max_initiator_depth = static_cast<uint8_t>(attr.max_qp_init_rd_atom);
+    view.max_responder_resources = static_cast<uint8_t>(attr.max_qp_rd_atom);
+    view.ibv_idx = -1;  // UCMA_INVALID_IB_INDEX: librdmacm matches by GUID
     contexts.all.push_back(dc);
     log_debug("rdma_cm: opened %s for connection management", device->name.c_str());
     return dc;

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cm/librdmacm_private.h"
 #include "verbs/device.h"
 
 namespace usiw::cm {
@@ -70,6 +71,9 @@ struct DeviceContext {
     Device* device = nullptr;
     ibv_context* verbs = nullptr;
     ibv_pd* pd = nullptr;
+    // The device as librdmacm's internal functions read it through an id
+    // (librdmacm_private.h: rsockets size their QPs by max_qpsize).
+    librdmacm::CmaDevice rdmacm_view{};
 };
 
 // The shared context of `device`, opened on first use; nullptr with errno.

@@ -48,6 +48,9 @@ int create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context, rdma_
 int destroy_id(rdma_cm_id* id);
 // True if `id` is an id that exists: neither never created nor destroyed.
 bool live_id(const rdma_cm_id* id);
+// A live id made before this process was forked from its maker
+// (verbs/fork_guard.h): every call on it fails with EPERM.
+bool inherited_id(const rdma_cm_id* id);
 
 int migrate_id(rdma_cm_id* id, rdma_event_channel* channel);
 int set_option(rdma_cm_id* id, int level, int optname, void* optval, size_t optlen);

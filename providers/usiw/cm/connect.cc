@@ -399,7 +399,7 @@ int disconnect(CmId* c) {
                 break;
             case IdState::kDisconnected:
                 // Already over; a synchronous id still collects its event.
-                wait = c->sync && has_queued(c, RDMA_CM_EVENT_DISCONNECTED);
+                wait = c->rdmacm.sync && has_queued(c, RDMA_CM_EVENT_DISCONNECTED);
                 break;
             case IdState::kDisconnecting:
             case IdState::kClosed:

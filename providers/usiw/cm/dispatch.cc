@@ -70,7 +70,7 @@ void destroy_unseen_child(CmId* child) {
          channel_withdraw(child->channel(), [child](const CmEvent& e) { return e.owner == child; }))
         delete e;
     ops.release(child);
-    if (child->sync)
+    if (child->rdmacm.sync)
         channel_destroy(child->channel());
     delete child;
 }
@@ -95,6 +95,8 @@ void destroy_event_channel(rdma_event_channel* channel) {
     if (!channel)
         return;
     EventChannel* c = to_channel(channel);
+    if (inherited(c->fork_generation))
+        return;  // the parent's (verbs/fork_guard.h)
     {
         std::lock_guard lock(cm_mutex());
         kernel::close_channel(c);
@@ -105,6 +107,8 @@ void destroy_event_channel(rdma_event_channel* channel) {
 int get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
     if (!channel || !event)
         return EINVAL;
+    if (inherited(to_channel(channel)->fork_generation))
+        return EPERM;  // the parent's events (verbs/fork_guard.h)
     CmEvent* e = nullptr;
     if (int err = channel_get(to_channel(channel), &e))
         return err;
@@ -145,7 +149,7 @@ int create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context, rdma_
             return err;
         }
         c->id.channel = &own->channel;
-        c->sync = true;
+        c->rdmacm.sync = true;
     }
     c->id.context = context;
     c->id.ps = ps;
@@ -179,7 +183,7 @@ int destroy_id(rdma_cm_id* id) {
     }
     wait_for_acks(c);
     ops.release(c);
-    if (c->sync)
+    if (c->rdmacm.sync)
         channel_destroy(c->channel());
     delete c;
     return 0;
@@ -189,7 +193,7 @@ int migrate_id(rdma_cm_id* id, rdma_event_channel* channel) {
     if (!id)
         return EINVAL;
     CmId* c = to_id(id);
-    if (c->sync && !channel)
+    if (c->rdmacm.sync && !channel)
         return EINVAL;
     EventChannel* target = channel ? to_channel(channel) : channel_create();
     if (!target)
@@ -205,11 +209,11 @@ int migrate_id(rdma_cm_id* id, rdma_event_channel* channel) {
         err = ops_of(c).migrate(c, channel ? target : nullptr);
         if (!err) {
             old = c->channel();
-            old_sync = c->sync;
+            old_sync = c->rdmacm.sync;
             const auto moved =
                 channel_withdraw(old, [c](const CmEvent& e) { return e.owner == c; });
             c->id.channel = &target->channel;
-            c->sync = channel == nullptr;
+            c->rdmacm.sync = channel == nullptr;
             for (CmEvent* e : moved)
                 channel_push(target, e);
         }
@@ -396,7 +400,7 @@ void destroy_srq(rdma_cm_id* id) {
 }
 
 int get_request(rdma_cm_id* listen, rdma_cm_id** id) {
-    if (!listen || !id || !to_id(listen)->sync)
+    if (!listen || !id || !to_id(listen)->rdmacm.sync)
         return EINVAL;
     return on_id<&IdOps::get_request>(listen, EINVAL, id);
 }

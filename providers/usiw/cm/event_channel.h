@@ -37,6 +37,7 @@
 #include <functional>
 #include <mutex>
 
+#include "verbs/fork_guard.h"
 #include "wire/mpa.h"
 
 namespace usiw::cm {
@@ -73,6 +74,9 @@ struct CmEvent {
 
 struct EventChannel {
     rdma_event_channel channel{};  // first: what the application holds
+    // When it was made: a child of fork() must not take its parent's
+    // events (verbs/fork_guard.h).
+    uint32_t fork_generation = usiw::fork_generation();
 
     std::mutex queue_mutex;      // protects `queue`, `readers`, `destroyed`
     std::deque<CmEvent*> queue;  // nullptr: an event withdrawn before it was taken

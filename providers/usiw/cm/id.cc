@@ -5,6 +5,7 @@
 
 #include <endian.h>
 #include <netinet/in.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -33,6 +34,13 @@ std::unordered_set<const rdma_cm_id*>& live_ids() {
 }  // namespace
 
 CmId::CmId() {
+    // A child of fork() looks its parent's ids up (to refuse them), so the
+    // registry's lock must not be left held by a parent thread.
+    static std::once_flag fork_handlers;
+    std::call_once(fork_handlers, [] {
+        pthread_atfork([] { live_ids_mutex().lock(); }, [] { live_ids_mutex().unlock(); },
+                       [] { live_ids_mutex().unlock(); });
+    });
     std::lock_guard lock(live_ids_mutex());
     try {
         live_ids().insert(&id);
@@ -50,6 +58,10 @@ CmId::~CmId() {
 bool live_id(const rdma_cm_id* id) {
     std::lock_guard lock(live_ids_mutex());
     return id && live_ids().count(id) != 0;
+}
+
+bool inherited_id(const rdma_cm_id* id) {
+    return inherited(reinterpret_cast<const CmId*>(id)->fork_generation);
 }
 
 // --- helpers shared by the CM (CM lock held) ---
@@ -98,6 +110,7 @@ void attach_device(CmId* id, DeviceContext* device) {
     id->id.verbs = device->verbs;
     id->id.pd = device->pd;
     id->id.port_num = 1;
+    id->rdmacm.cma_dev = &device->rdmacm_view;
 }
 
 void set_route(CmId* id, const SockAddr* source, const SockAddr* destination) {
@@ -121,7 +134,7 @@ CmId* make_child_id(CmId* listener, DeviceContext* device) {
     auto* child = new (std::nothrow) CmId;
     if (!child)
         return nullptr;
-    if (listener->sync) {
+    if (listener->rdmacm.sync) {
         // A synchronous listener's children wait on their own channel (as
         // librdmacm migrates them to one).
         EventChannel* own = channel_create();
@@ -130,7 +143,7 @@ CmId* make_child_id(CmId* listener, DeviceContext* device) {
             return nullptr;
         }
         child->id.channel = &own->channel;
-        child->sync = true;
+        child->rdmacm.sync = true;
     } else {
         child->id.channel = listener->id.channel;
     }
@@ -149,7 +162,7 @@ std::optional<ibv_qp_init_attr> endpoint_qp_attr(CmId* listener) {
 }
 
 int complete_sync(CmId* c) {
-    if (!c->sync)
+    if (!c->rdmacm.sync)
         return 0;
     if (c->id.event) {
         event_ack(to_event(c->id.event));

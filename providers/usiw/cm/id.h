@@ -10,6 +10,7 @@
 
 #include <rdma/rdma_cma.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -19,8 +20,10 @@
 
 #include "cm/address.h"
 #include "cm/event_channel.h"
+#include "cm/librdmacm_private.h"
 #include "cm/states.h"
 #include "cm/unique_fd.h"
+#include "verbs/fork_guard.h"
 
 namespace usiw::cm {
 
@@ -29,6 +32,11 @@ class ListenerWatch;
 
 struct CmId {
     rdma_cm_id id{};  // first: what the application holds
+    // Second, as in librdmacm's own ids: what librdmacm's internal
+    // functions read of an id (librdmacm_private.h). `sync`: created
+    // without a channel, so calls wait for their own event; `cma_dev`: the
+    // device's view, once the id has one (attach_device).
+    librdmacm::IdPrivate rdmacm{};
 
     // Every CmId alive is in a registry (live_id), so that a call given a
     // pointer that is no id, or an id already destroyed, fails with EINVAL
@@ -39,9 +47,11 @@ struct CmId {
     CmId& operator=(const CmId&) = delete;
 
     EventCounts events;
+    // When it was made: in a child of fork() the parent's ids refuse every
+    // call (verbs/fork_guard.h).
+    uint32_t fork_generation = usiw::fork_generation();
 
     IdState state = IdState::kIdle;
-    bool sync = false;  // created without a channel: calls wait for their own event
     DeviceContext* device = nullptr;
 
     // Kernel-backed (kernel.h): the real librdmacm's id every call is
@@ -84,6 +94,15 @@ struct CmId {
 
     EventChannel* channel() { return to_channel(id.channel); }
 };
+
+// librdmacm reads `rdmacm` where its own ids keep those fields. CmId is not
+// standard-layout (offsetof is then only conditionally supported, hence the
+// pragma), but its first members are laid out as IdHead's.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winvalid-offsetof"
+static_assert(offsetof(CmId, id) == offsetof(librdmacm::IdHead, id) &&
+              offsetof(CmId, rdmacm) == offsetof(librdmacm::IdHead, priv));
+#pragma GCC diagnostic pop
 
 inline CmId* to_id(rdma_cm_id* id) {
     return reinterpret_cast<CmId*>(id);

@@ -84,6 +84,9 @@ void mirror(CmId* c, bool all = true) {
     w.route = r.route;
     w.port_num = r.port_num;
     w.pd = r.pd;
+    // The real id is one of librdmacm's own (a cma_id_private): its device
+    // as librdmacm's internal functions read it (librdmacm_private.h).
+    c->rdmacm.cma_dev = reinterpret_cast<const librdmacm::IdHead*>(&r)->priv.cma_dev;
     if (!all)
         return;
     w.ps = r.ps;
@@ -151,7 +154,7 @@ void take_sync_event(CmId* c, CmId* listener = nullptr) {
 
 // After a forwarded call: the synchronous id's event, then the mirror.
 void finish(CmId* c) {
-    if (c->sync)
+    if (c->rdmacm.sync)
         take_sync_event(c);
     std::lock_guard lock(cm_mutex());
     mirror(c);
@@ -372,7 +375,7 @@ int replay_options(CmId* c, rdma_cm_id* r) {
 // synchronous one).
 int adopt(CmId* c, const std::string& device) {
     rdma_event_channel* channel = nullptr;
-    if (!c->sync) {
+    if (!c->rdmacm.sync) {
         std::lock_guard lock(cm_mutex());
         if (int err = open_channel(c->channel()))
             return err;
@@ -603,7 +606,7 @@ int get_request(CmId* listener, rdma_cm_id** out) {
         return ENOMEM;
     }
     child->id.channel = &own->channel;
-    child->sync = true;
+    child->rdmacm.sync = true;
     child->id.context = listener->id.context;
     child->kernel = fresh;
     child->state = IdState::kKernel;

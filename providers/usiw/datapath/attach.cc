@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <mutex>
 #include <new>
@@ -19,8 +20,37 @@
 #include "datapath/datapath.h"
 #include "datapath/progress.h"
 #include "datapath/stream.h"
+#include "host/settings.h"
 
 namespace usiw {
+
+namespace {
+
+// A peer that vanishes without a FIN or a reset (its host down, its link
+// cut, its packets dropped) is noticed by TCP only after about 15 minutes
+// of retransmissions when data is outstanding, and never when the
+// connection is idle. TCP_USER_TIMEOUT bounds the first; keepalive probes,
+// from half the timeout on and then every eighth of it (at least 1 s),
+// make the second the first: the kernel drops the connection (ETIMEDOUT)
+// at the first probe due after the timeout, so within timeout_ms plus an
+// eighth. The receive path then ends the stream like any other error.
+void set_peer_timeout(int fd, int timeout_ms) {
+    if (timeout_ms <= 0)
+        return;
+    const unsigned user_timeout = static_cast<unsigned>(timeout_ms);
+    const int on = 1;
+    constexpr int kMaxKeepaliveS = 32767;  // the kernel's limit for both
+    const int idle_s = std::clamp(timeout_ms / 2000, 1, kMaxKeepaliveS);
+    const int interval_s = std::clamp(timeout_ms / 8000, 1, kMaxKeepaliveS);
+    const int probes = timeout_ms / 1000 / interval_s + 2;  // TCP_USER_TIMEOUT decides first
+    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof user_timeout);
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof idle_s);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof interval_s);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
+}
+
+}  // namespace
 
 int qp_attach_stream(Qp* qp, StreamParams&& params, StreamObserver* observer) {
     auto* s = new (std::nothrow) Stream;
@@ -39,8 +69,10 @@ int qp_attach_stream(Qp* qp, StreamParams&& params, StreamObserver* observer) {
         wire::Deframer(wire::Deframer::Config{s->params.crc, {}, s->params.terminate_layout});
     s->tx_held.store(s->params.hold_tx_until_first_rx);
     s->rtr_pending = s->params.initiator && s->params.send_rtr != wire::kRtrNone;
+    s->acked_completion = settings::mpa_policy(qp->context->device->name).acked_completion;
     const int one = 1;
     setsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    set_peer_timeout(s->fd, settings::peer_timeout_ms());
     stream_setup_zerocopy(s);
     {
         std::lock_guard lock(qp->state_mutex);

@@ -68,6 +68,8 @@ ibv_wc_opcode wc_opcode_for(ibv_wr_opcode op) {
             return IBV_WC_RDMA_READ;
         case IBV_WR_LOCAL_INV:
             return IBV_WC_LOCAL_INV;
+        case IBV_WR_BIND_MW:
+            return IBV_WC_BIND_MW;
         default:
             return IBV_WC_SEND;
     }
@@ -84,12 +86,25 @@ InflightWqe* find_inflight(Stream* s, uint64_t seq) {
 // Delivers the completions at the front that are done. Called with
 // completion_mutex held.
 void deliver_in_order(Stream* s) {
-    while (!s->inflight.empty() && s->inflight.front().done) {
+    while (!s->inflight.empty() && s->inflight.front().done && !s->inflight.front().unacked) {
         const InflightWqe& w = s->inflight.front();
         if (w.signaled || w.status != IBV_WC_SUCCESS)
             complete_send_wqe(s->qp, w.wr_id, w.opcode, w.status, w.byte_len);
         s->inflight.pop_front();
         ++s->inflight_base;
+    }
+}
+
+// The requests numbered below `before` were placed by the peer. With
+// `received`, the peer's TERMINATE about a later one shows that they all
+// reached it, so they are done even if the transmitter has not yet said so
+// (the stream's end would flush them otherwise). Called with
+// completion_mutex held.
+void acknowledge_before(Stream* s, uint64_t before, bool received = false) {
+    for (size_t i = 0; i < s->inflight.size() && s->inflight_base + i < before; ++i) {
+        InflightWqe& w = s->inflight[i];
+        w.done = w.done || (received && w.unacked);
+        w.unacked = false;
     }
 }
 
@@ -139,8 +154,23 @@ void inflight_mark_failed(Stream* s, uint64_t seq, ibv_wc_status status) {
     std::lock_guard lock(s->completion_mutex);
     if (InflightWqe* w = find_inflight(s, seq)) {
         w->done = true;
+        w->unacked = false;
         w->status = status;
     }
+}
+
+void inflight_acknowledge(Stream* s, uint64_t before) {
+    std::lock_guard lock(s->completion_mutex);
+    acknowledge_before(s, before);
+    deliver_in_order(s);
+}
+
+void inflight_refused(Stream* s, uint64_t seq, ibv_wc_status status) {
+    {
+        std::lock_guard lock(s->completion_mutex);
+        acknowledge_before(s, seq, true);
+    }
+    inflight_mark_failed(s, seq, status);
 }
 
 void complete_current_recv(Stream* s, ibv_wc_status status, uint32_t byte_len, unsigned wc_flags,
@@ -162,9 +192,12 @@ void stream_flush(Stream* s, bool deliver, bool keep_inbound_reads) {
     }
     // Verbs order: once a work request is flushed, every later one is too,
     // even one that had already gone out but waited behind it.
+    // A SEND or WRITE the peer never acknowledged (USIW_COMPLETION=acked)
+    // may not have been placed: it is flushed too.
     bool flushing = false;
     for (InflightWqe& w : s->inflight) {
-        flushing = flushing || !w.done;
+        flushing = flushing || !w.done || w.unacked;
+        w.unacked = false;
         if (flushing) {
             w.done = true;
             if (w.status == IBV_WC_SUCCESS)
@@ -203,6 +236,16 @@ void qp_enter_error(Qp* qp) {
     }
     if (qp->srq)
         post_qp_event(qp, IBV_EVENT_QP_LAST_WQE_REACHED);
+}
+
+void cq_clean(Cq* cq, uint32_t qp_num) {
+    std::lock_guard lock(cq->mutex);
+    for (size_t n = cq->entries.size(); n > 0; --n) {
+        const ibv_wc wc = cq->entries.front();
+        cq->entries.pop();
+        if (wc.qp_num != qp_num)
+            cq->entries.push(wc);
+    }
 }
 
 void post_async_event(Context* ctx, uint64_t element, ibv_event_type type) {

@@ -39,6 +39,13 @@ void complete_recv_wqe(Qp* qp, uint64_t wr_id, ibv_wc_status status, uint32_t by
 // status without ending anything (the stream's end delivers it in order).
 void inflight_complete(Stream* s, std::span<const uint64_t> seqs, uint32_t byte_len = 0);
 void inflight_mark_failed(Stream* s, uint64_t seq, ibv_wc_status status);
+// USIW_COMPLETION=acked. inflight_acknowledge: a Read Response showed that
+// the peer placed every request numbered below `before`; those done at our
+// end complete now. inflight_refused: the peer refused request `seq` (a
+// TERMINATE names it): the requests before it were placed, it gets
+// `status`, and the stream's end flushes the rest.
+void inflight_acknowledge(Stream* s, uint64_t before);
+void inflight_refused(Stream* s, uint64_t seq, ibv_wc_status status);
 
 // The receive work request bound to the Send message being received
 // completes, unless the stream's end flushed it first.
@@ -58,6 +65,12 @@ void stream_flush(Stream* s, bool deliver, bool keep_inbound_reads);
 // IBV_EVENT_QP_LAST_WQE_REACHED. Its stream, if any, has ended before.
 // Called with qp->state_mutex held.
 void qp_enter_error(Qp* qp);
+
+// The QP is being reset: its completions still in `cq` are removed (as
+// libmlx4 and libmlx5 do; the InfiniBand spec leaves it to the provider),
+// so that a QP reset and reconnected after an error does not hand the
+// application the old connection's flushes as new completions.
+void cq_clean(Cq* cq, uint32_t qp_num);
 
 // Asynchronous events, for ibv_get_async_event: `element` is the object
 // pointer (QP, CQ, SRQ) or the port number. The write never blocks: an

@@ -69,8 +69,16 @@ class Engine {
     void retire(Stream* s) {
         if (s->in_epoll.exchange(false))
             epoll_ctl(epfd_, EPOLL_CTL_DEL, s->fd, nullptr);
-        std::lock_guard lock(retired_mutex_);
-        retired_.push_back(s);
+        {
+            std::lock_guard lock(retired_mutex_);
+            retired_.push_back(s);
+        }
+        // A batch taken before the stream was marked dead may still be
+        // using it (its device counter is reached through the QP's context,
+        // which the application may free as soon as destroy_qp returns):
+        // wait until that batch is done. Batches are used only under
+        // progress_mutex_, and no caller of retire holds it.
+        std::lock_guard batch_done(progress_mutex_);
     }
 
     // poll_cq found its CQ empty: the calling thread does one round of the

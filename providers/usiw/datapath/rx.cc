@@ -318,6 +318,16 @@ class Receiver {
         stream_terminate(s_, cause, s_->deframer.header_bytes());
     }
 
+    // A fault found at a segment's end, when the deframer has moved past
+    // its header: the header the Terminate copies back is encoded again.
+    void fault_at_end(const wire::SegmentHeader& h, const wire::TermCause& cause, const char* why) {
+        log_debug("QP %u: TERMINATE (%s): %s", qp_->vqp.qp.qp_num, wire::term_cause_name(cause),
+                  why);
+        std::byte header[wire::kMaxHeaderSize];
+        const size_t n = wire::encode_header(h, h.payload_size(), header);
+        stream_terminate(s_, cause, {header, n});
+    }
+
     void on_header(const wire::SegmentHeader& h) {
         s_->rx_dest = Stream::RxDest::kNone;
         current_ = kNoFpdu;
@@ -364,8 +374,8 @@ class Receiver {
         if (!(qp_->access_flags & IBV_ACCESS_REMOTE_WRITE))
             return fault(term::kAccessRights, "RDMA Write to a QP without remote write access");
         uintptr_t addr = 0;
-        const wire::StagError e =
-            s_->context->stags.check(h.stag, qp_->pd, h.to, size, IBV_ACCESS_REMOTE_WRITE, &addr);
+        const wire::StagError e = s_->context->stags.check_remote(h.stag, qp_->pd, qp_, h.to, size,
+                                                                  IBV_ACCESS_REMOTE_WRITE, &addr);
         if (e != wire::StagError::kNone)
             return fault(wire::stag_error_cause(e, wire::StagUse::kTaggedSink),
                          wire::stag_error_message(e));
@@ -465,8 +475,9 @@ class Receiver {
             if (!(qp_->access_flags & IBV_ACCESS_REMOTE_READ))
                 return fault(term::kAccessRights, "RDMA Read from a QP without remote read access");
             uintptr_t addr = 0;
-            const wire::StagError e = s_->context->stags.check(
-                r.source_stag, qp_->pd, r.source_to, r.read_size, IBV_ACCESS_REMOTE_READ, &addr);
+            const wire::StagError e =
+                s_->context->stags.check_remote(r.source_stag, qp_->pd, qp_, r.source_to,
+                                                r.read_size, IBV_ACCESS_REMOTE_READ, &addr);
             if (e != wire::StagError::kNone)
                 return fault(wire::stag_error_cause(e, wire::StagUse::kReadSource),
                              wire::stag_error_message(e));
@@ -553,6 +564,9 @@ class Receiver {
         // The mapping dies with the request.
         if (done.mapped)
             s_->context->stags.remove(done.sink_stag);
+        // The peer answers in order: what we sent before the READ is placed.
+        if (s_->acked_completion)
+            inflight_acknowledge(s_, done.acks_before);
         if (done.inflight_seq != UINT64_MAX) {
             const uint64_t seq = done.inflight_seq;
             inflight_complete(s_, {&seq, 1}, done.size);
@@ -572,11 +586,13 @@ class Receiver {
         const bool invalidate =
             h.opcode == Opcode::kSendInvalidate || h.opcode == Opcode::kSendSeInvalidate;
         if (invalidate) {
-            const wire::StagError e = s_->context->stags.invalidate(h.inval_stag, qp_->pd);
+            const wire::StagError e =
+                s_->context->stags.invalidate_remote(h.inval_stag, qp_->pd, qp_);
             if (e != wire::StagError::kNone) {
                 complete_current_recv(s_, IBV_WC_REM_INV_REQ_ERR, 0, 0, 0, false);
-                return fault(term::kCannotInvalidate, wire::stag_error_message(e));
+                return fault_at_end(h, term::kCannotInvalidate, wire::stag_error_message(e));
             }
+            count(stats_.stag_invalidations);
             flags |= IBV_WC_WITH_INV;
         }
         ++s_->recv_msn;
@@ -615,11 +631,69 @@ class Receiver {
                 break;
             }
         }
-        if (failed_read != UINT64_MAX)
-            inflight_mark_failed(s_, failed_read,
-                                 remote_access ? IBV_WC_REM_ACCESS_ERR : IBV_WC_REM_OP_ERR);
+        if (failed_read != UINT64_MAX) {
+            const ibv_wc_status status = remote_access ? IBV_WC_REM_ACCESS_ERR : IBV_WC_REM_OP_ERR;
+            if (s_->acked_completion)
+                inflight_refused(s_, failed_read, status);
+            else
+                inflight_mark_failed(s_, failed_read, status);
+        } else if (s_->acked_completion) {
+            // A SEND or WRITE held for its acknowledgement: the one the
+            // TERMINATE names, else the oldest, completes with the remote
+            // error; those before it were placed; the stream's end flushes
+            // the rest.
+            const uint64_t refused = refused_message(decoded ? &what : nullptr);
+            if (refused != UINT64_MAX)
+                inflight_refused(s_, refused, requester_status(h.terminate.cause));
+        }
         post_qp_event(qp_, IBV_EVENT_QP_FATAL);
         stream_fail(s_, StreamEnd::kTerminateReceived, ECONNABORTED);
+    }
+
+    // The SEND or WRITE awaiting its acknowledgement that a TERMINATE
+    // refuses: the one its copy of the DDP header names (a Send by MSN, a
+    // Write by sink STag and offset), else the oldest; UINT64_MAX if none.
+    uint64_t refused_message(const wire::TerminatedMessage* what) {
+        std::lock_guard lock(s_->completion_mutex);
+        uint64_t oldest = UINT64_MAX;
+        for (size_t i = 0; i < s_->inflight.size(); ++i) {
+            const InflightWqe& w = s_->inflight[i];
+            if (!w.unacked)
+                continue;
+            const uint64_t seq = s_->inflight_base + i;
+            if (oldest == UINT64_MAX)
+                oldest = seq;
+            if (!what || !what->has_ddp_header)
+                break;
+            const bool write =
+                w.opcode == IBV_WR_RDMA_WRITE || w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+            if (what->tagged && write && what->stag == w.rkey && what->to >= w.remote_addr &&
+                what->to - w.remote_addr <= w.length)
+                return seq;
+            if (!what->tagged && !write && what->queue == 0 && what->msn == w.msn)
+                return seq;
+        }
+        return oldest;
+    }
+
+    // The completion status of a SEND or WRITE the peer refused, as an
+    // InfiniBand requester reports the responder's NAK (as rxe does):
+    // protection errors are a Remote Access Error; a malformed request
+    // (too long for the receive, out of sequence, unknown opcode) an
+    // Invalid Request; no receive posted what InfiniBand reports when its
+    // receiver-not-ready retries run out; anything else a Remote
+    // Operational Error.
+    static ibv_wc_status requester_status(const wire::TermCause& c) {
+        if (wire::term_cause_is_protection(c))
+            return IBV_WC_REM_ACCESS_ERR;
+        if (c == term::kUntaggedNoBuffer)
+            return IBV_WC_RNR_RETRY_EXC_ERR;
+        if (c == term::kUntaggedTooLong || c == term::kUntaggedInvalidMo ||
+            c == term::kUntaggedMsnRange || c == term::kUntaggedInvalidQn ||
+            c == term::kUnexpectedOpcode || c == term::kInvalidRdmapVersion ||
+            c == term::kTaggedDdpVersion || c == term::kUntaggedDdpVersion)
+            return IBV_WC_REM_INV_REQ_ERR;
+        return IBV_WC_REM_OP_ERR;
     }
 
     Stream* s_;

@@ -46,14 +46,28 @@ struct InflightWqe {
     ibv_wr_opcode opcode = IBV_WR_SEND;
     bool signaled = false;
     bool done = false;
+    // USIW_COMPLETION=acked: a SEND or WRITE, done at our end, whose
+    // placement at the peer no Read Response has confirmed yet. It and
+    // everything after it wait.
+    bool unacked = false;
     ibv_wc_status status = IBV_WC_SUCCESS;
     uint32_t byte_len = 0;
+    // What a TERMINATE's copy of the refused message's header names: a
+    // SEND's MSN; a WRITE's sink STag and range.
+    uint32_t msn = 0;
+    uint32_t rkey = 0;
+    uint64_t remote_addr = 0;
+    uint64_t length = 0;
 };
 
 // An RDMA READ we issued and whose response has not fully arrived (the
 // outbound read queue, ORD deep).
 struct OutboundRead {
     uint64_t inflight_seq = 0;  // its InflightWqe
+    // Its response shows that the peer placed every message we sent before
+    // it (a peer takes messages in order): the requests numbered below this
+    // are acknowledged (USIW_COMPLETION=acked).
+    uint64_t acks_before = 0;
     uint32_t sink_stag = 0;     // the STag we named in the Read Request
     uint64_t sink_to = 0;       // the tagged offset we named
     uint32_t size = 0;
@@ -126,6 +140,8 @@ using ZeroCopy = settings::ZeroCopy;
 struct TxMessage {
     bool active = false;
     uint64_t inflight_seq = 0;
+    bool needs_ack = false;  // a SEND or WRITE on an acked-completion stream
+    bool signaled = false;
     wire::MessageSegmenter segments;          // the headers and sizes of its segments
     std::array<iovec, kMaxSendSge> source{};  // resolved payload (or the inline copy)
     uint32_t source_count = 0;
@@ -165,6 +181,16 @@ struct Stream {
     bool terminate_sent = false;
     std::atomic<bool> fin_after_drain{false};  // orderly disconnect asked for
     uint32_t read_responses_in_row = 0;
+    // USIW_COMPLETION=acked: SENDs and WRITEs complete once the peer has
+    // placed them, which the response to a zero-length RDMA READ sent after
+    // them (a completion fence) shows. The requests numbered below
+    // `fence_wanted` have gone out; those below `fence_covered` are covered
+    // by a READ already sent; `fence_for_signaled`: one not covered is
+    // signaled (only those need a fence of their own).
+    bool acked_completion = false;
+    uint64_t fence_wanted = 0;
+    uint64_t fence_covered = 0;
+    bool fence_for_signaled = false;
 
     // Receive side.
     std::mutex rx_mutex;

@@ -37,6 +37,10 @@ namespace {
 
 constexpr size_t kBatchBytes = 256 * 1024;
 constexpr uint32_t kReadResponsesPerTurn = 4;  // then the send queue gets a turn (as siw)
+// USIW_COMPLETION=acked: unsignaled SENDs and WRITEs wait for a later
+// signaled one's completion fence; this many in a row get one of their own,
+// so that they do not pile up in flight.
+constexpr uint64_t kUnsignaledPerFence = 256;
 
 size_t max_payload(const Stream* s, size_t header_size) {
     const size_t n = wire::fpdu_max_payload(s->params.max_fpdu, header_size);
@@ -208,6 +212,12 @@ bool start_read(Stream* s, const SendWqe& w, uint64_t seq) {
             return false;
         count(s->context->device->stats->mapped_read_stags);
     }
+    // Its response comes after the peer placed everything sent before it:
+    // it serves as their completion fence too.
+    r.acks_before = seq;
+    s->fence_covered = std::max(s->fence_covered, seq);
+    if (s->fence_covered >= s->fence_wanted)
+        s->fence_for_signaled = false;
     wire::SegmentHeader h;
     h.opcode = wire::Opcode::kReadRequest;
     h.msn = s->read_req_msn++;
@@ -219,6 +229,20 @@ bool start_read(Stream* s, const SendWqe& w, uint64_t seq) {
     return true;
 }
 
+// A SEND or an RDMA WRITE: a message the peer places and answers nothing.
+bool is_send_or_write(ibv_wr_opcode op) {
+    switch (op) {
+        case IBV_WR_SEND:
+        case IBV_WR_SEND_WITH_IMM:
+        case IBV_WR_SEND_WITH_INV:
+        case IBV_WR_RDMA_WRITE:
+        case IBV_WR_RDMA_WRITE_WITH_IMM:
+            return true;
+        default:
+            return false;
+    }
+}
+
 // Records a work request leaving the send queue: it completes in posting
 // order (completion.cc: inflight_complete). Returns its sequence number.
 uint64_t record_inflight(Stream* s, const SendWqe& wqe) {
@@ -226,6 +250,16 @@ uint64_t record_inflight(Stream* s, const SendWqe& wqe) {
     w.wr_id = wqe.wr_id;
     w.opcode = wqe.opcode;
     w.signaled = s->qp->sq_sig_all || (wqe.send_flags & IBV_SEND_SIGNALED);
+    if (s->acked_completion && is_send_or_write(wqe.opcode)) {
+        w.unacked = true;
+        if (wqe.opcode == IBV_WR_RDMA_WRITE || wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
+            w.rkey = wqe.rkey;
+            w.remote_addr = wqe.remote_addr;
+            w.length = message_size(wqe);
+        } else {
+            w.msn = s->send_msn;  // start_next_wqe gives it this one
+        }
+    }
     std::lock_guard lock(s->completion_mutex);
     s->inflight.push_back(w);
     return s->inflight_base + s->inflight.size() - 1;
@@ -238,6 +272,36 @@ void fail_wqe(Stream* s, uint64_t seq, ibv_wc_status status) {
     inflight_mark_failed(s, seq, status);
     log_debug("QP %u: local error %s", s->qp->vqp.qp.qp_num, ibv_wc_status_str(status));
     stream_terminate(s, wire::term::kRdmapCatastrophic, {});
+}
+
+// A local operation (bind a window, invalidate an STag) takes effect now,
+// in send-queue order, and completes in order with the work before it; it
+// sends nothing. A failure is a local error that ends the connection.
+void execute_local(Stream* s, const SendWqe& w, uint64_t seq) {
+    StagTable& stags = s->context->stags;
+    DeviceStats& stats = *s->context->device->stats;
+    BindError e;
+    if (w.opcode == IBV_WR_BIND_MW) {
+        const WindowBind bind{w.bind.window_index, static_cast<uint8_t>(w.bind.rkey),
+                              w.bind.mr_lkey,      w.bind.addr,
+                              w.bind.length,       w.bind.access};
+        uint32_t stag = 0;
+        e = stags.bind_window(bind, s->qp->pd, s->qp, &stag);
+        if (e == BindError::kNone)
+            count(stats.mw_binds);
+    } else {
+        e = stags.invalidate_local(w.invalidate_rkey, s->qp->pd);
+        if (e == BindError::kNone)
+            count(stats.stag_invalidations);
+    }
+    if (e != BindError::kNone) {
+        log_debug("QP %u: %s failed: %s", s->qp->vqp.qp.qp_num,
+                  w.opcode == IBV_WR_BIND_MW ? "memory window bind" : "local invalidation",
+                  bind_error_message(e));
+        return fail_wqe(s, seq,
+                        w.opcode == IBV_WR_BIND_MW ? IBV_WC_MW_BIND_ERR : IBV_WC_LOC_QP_OP_ERR);
+    }
+    inflight_complete(s, {&seq, 1});
 }
 
 // Takes the next send-queue work request, if it may start now (fence and
@@ -271,10 +335,16 @@ Start start_next_wqe(Stream* s, bool direct) {
             fail_wqe(s, seq, IBV_WC_LOC_PROT_ERR);
         return Start::kStarted;
     }
+    if (w.opcode == IBV_WR_BIND_MW || w.opcode == IBV_WR_LOCAL_INV) {
+        execute_local(s, w, seq);
+        return Start::kStarted;
+    }
 
     TxMessage& m = s->message;
     m = TxMessage{};
     m.inflight_seq = seq;
+    m.needs_ack = s->acked_completion && is_send_or_write(w.opcode);
+    m.signaled = s->qp->sq_sig_all || (w.send_flags & IBV_SEND_SIGNALED);
     if (w.send_flags & IBV_SEND_INLINE) {
         m.is_inline = true;
         std::memcpy(m.inline_copy.data(), w.inline_data, w.inline_length);
@@ -323,8 +393,53 @@ bool add_message_segment(Stream* s) {
     if (h.last) {
         s->batch->completes.push_back(m.inflight_seq);
         m.active = false;
+        if (m.needs_ack) {
+            s->fence_wanted = m.inflight_seq + 1;
+            s->fence_for_signaled = s->fence_for_signaled || m.signaled;
+        }
     }
     return true;
+}
+
+// USIW_COMPLETION=acked: once a doorbell's work is framed, one zero-length
+// RDMA READ (RFC 5040 allows it; it names no memory, as the RDMA Read RTR
+// of RFC 6581) goes after the SENDs and WRITEs not yet covered, if a
+// signaled one is among them. The peer answers it after placing them; its
+// response releases their completions (rx.cc). It takes an ORD credit like
+// any READ: with none free it waits, and the next Read Response to arrive
+// brings the transmitter back here.
+void add_completion_fence(Stream* s) {
+    if (!s->acked_completion || s->fence_wanted <= s->fence_covered)
+        return;
+    if (!s->fence_for_signaled && s->fence_wanted - s->fence_covered < kUnsignaledPerFence)
+        return;
+    {
+        std::lock_guard lock(s->completion_mutex);
+        if (s->orq.size() >= std::max<uint16_t>(s->params.ord, 1))
+            return;
+    }
+    wire::SegmentHeader h;
+    h.opcode = wire::Opcode::kReadRequest;
+    h.msn = s->read_req_msn;
+    wire::PayloadCursor none{};
+    if (!add_fpdu(s, h, none, 0))
+        return;  // the batch is full: the next one
+    ++s->read_req_msn;
+    OutboundRead r;
+    r.inflight_seq = UINT64_MAX;  // completes no work request of its own
+    r.acks_before = s->fence_wanted;
+    {
+        std::lock_guard lock(s->completion_mutex);
+        s->orq.push_back(r);
+    }
+    s->fence_covered = s->fence_wanted;
+    s->fence_for_signaled = false;
+    count(s->context->device->stats->completion_fences);
+}
+
+bool sq_empty(Stream* s) {
+    std::lock_guard lock(s->qp->sq_mutex);
+    return s->qp->sq.empty();
 }
 
 // The zero-length RTR message of peer-to-peer mode (RFC 6581).
@@ -392,7 +507,12 @@ void fill_batch(Stream* s, bool direct) {
         // Starting the next message would overwrite the inline payload
         // (s->message.inline_copy) this batch still has to write.
         if (s->batch->has_inline || start_next_wqe(s, direct) != Start::kStarted) {
-            // Blocked on fence or ORD, or empty: read responses may still go.
+            // The doorbell's work is out (or blocked on fence or ORD, or
+            // waiting for the next batch after an inline message, then
+            // only if no more is queued): the completion fence goes now.
+            if (!s->batch->has_inline || sq_empty(s))
+                add_completion_fence(s);
+            // Read responses may still go.
             if (!add_read_response(s))
                 return;
         }

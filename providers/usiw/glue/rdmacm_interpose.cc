@@ -109,12 +109,16 @@ int guarded_id(const rdma_cm_id* id, Call&& call) {
         errno = EINVAL;
         return -1;
     }
+    if (usiw::cm::inherited_id(id)) {  // the parent's, in a child of fork()
+        errno = EPERM;
+        return -1;
+    }
     return guarded(std::forward<Call>(call));
 }
 
 template <typename Call>
 void guarded_void_id(const rdma_cm_id* id, Call&& call) {
-    if (usiw::cm::live_id(id))
+    if (usiw::cm::live_id(id) && !usiw::cm::inherited_id(id))
         guarded_void(std::forward<Call>(call));
 }
 

@@ -43,6 +43,12 @@ constexpr StatField kFields[] = {
      "socket events handled in the application's busy-polling poll_cq"},
     {"progress_in_engine", &DeviceStats::progress_in_engine,
      "socket events handled by usiw's progress thread"},
+    {"mw_binds", &DeviceStats::mw_binds, "memory windows bound (and type 1 windows unbound)"},
+    {"stag_invalidations", &DeviceStats::stag_invalidations,
+     "STags invalidated: local invalidations and Send with Invalidate received"},
+    {"completion_fences", &DeviceStats::completion_fences,
+     "zero-length RDMA READs sent to learn that earlier SENDs and WRITEs were placed "
+     "(USIW_COMPLETION=acked)"},
 };
 
 // The version is in the name, so that an upgraded usiw does not meet a

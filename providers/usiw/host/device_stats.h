@@ -17,7 +17,7 @@ namespace usiw {
 
 struct DeviceStats {
     static constexpr uint64_t kMagic = 0x7461747377697375;  // "usiwstat"
-    static constexpr uint32_t kVersion = 3;
+    static constexpr uint32_t kVersion = 4;
     uint64_t magic = kMagic;
     uint32_t version = kVersion;
     uint32_t size = sizeof(DeviceStats);
@@ -40,6 +40,9 @@ struct DeviceStats {
     std::atomic<uint64_t> cm_dropped{0};
     std::atomic<uint64_t> progress_in_poll{0};
     std::atomic<uint64_t> progress_in_engine{0};
+    std::atomic<uint64_t> mw_binds{0};
+    std::atomic<uint64_t> stag_invalidations{0};
+    std::atomic<uint64_t> completion_fences{0};
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "counters are shared between processes");
 

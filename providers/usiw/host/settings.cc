@@ -40,6 +40,14 @@ constexpr Setting kAll[] = {
      "was late, and 4 late rounds in a row switch it to the default policy (0: every round "
      "counts as late)",
      Scope::kProvider},
+    {"USIW_PEER_TIMEOUT_MS", "milliseconds, 0 to 999999999 (0: off)", "60000",
+     "how long a connection's peer may stay silent while we wait for it (data unacknowledged, "
+     "or TCP keepalive probes unanswered) before the connection is dropped, its QP goes to ERR "
+     "and its work requests flush: a peer that vanished without FIN or reset (host down, link "
+     "cut) is noticed within this time plus an eighth of it (at least 1 s). Sets "
+     "TCP_USER_TIMEOUT and TCP keepalive on every connection's socket; 0 leaves TCP's defaults "
+     "(about 15 minutes with data outstanding, never on an idle connection)",
+     Scope::kProvider},
     {"USIW_DEBUG", "1 (any value that does not start with 0)", "unset",
      "diagnostics on stderr, debug lines included: connection setup, TERMINATEs and state "
      "changes (as VERBS_LOG_LEVEL=4)",
@@ -87,6 +95,14 @@ constexpr Setting kAll[] = {
      "the least time a QP connected by ibv_modify_qp waits for its peer from RTR; longer when "
      "4.096 us * 2^timeout * (retry_cnt + 1) says so; then the QP goes to ERR",
      Scope::kPerDevice},
+    {"USIW_COMPLETION", "transport | acked", "transport",
+     "when a signaled SEND or RDMA WRITE completes at the requester: transport, once it is "
+     "handed to TCP (RFC 5040, as Linux siw); acked, once the peer has placed it, as on "
+     "InfiniBand and rxe: a zero-length RDMA READ follows each batch and its response releases "
+     "the completions, and a SEND or WRITE the peer refuses completes with the remote error "
+     "(IBV_WC_REM_ACCESS_ERR, REM_INV_REQ_ERR, REM_OP_ERR). For programs that read the target's "
+     "memory as soon as a WRITE completes; costs a READ round trip per batch",
+     Scope::kPerDevice},
     // --- the links files ---
     {"USIW_CONFIG_DIR", "a directory", "$XDG_CONFIG_HOME/usiw, else $HOME/.config/usiw",
      "the directory of the user links file", Scope::kLinks},
@@ -111,6 +127,7 @@ constexpr const Setting& kZeroCopy = entry("USIW_ZCOPY");
 constexpr const Setting& kZeroCopyMin = entry("USIW_ZCOPY_MIN");
 constexpr const Setting& kEngineSched = entry("USIW_ENGINE_SCHED");
 constexpr const Setting& kEngineLate = entry("USIW_ENGINE_LATE_US");
+constexpr const Setting& kPeerTimeout = entry("USIW_PEER_TIMEOUT_MS");
 constexpr const Setting& kDebug = entry("USIW_DEBUG");
 constexpr const Setting& kVerbsLogLevel = entry("VERBS_LOG_LEVEL");
 constexpr const Setting& kVerbsLogFile = entry("VERBS_LOG_FILE");
@@ -122,6 +139,7 @@ constexpr const Setting& kMpaGso = entry("USIW_MPA_GSO");
 constexpr const Setting& kMpaReplyTimeout = entry("USIW_MPA_REPLY_TIMEOUT_MS");
 constexpr const Setting& kMpaRequestTimeout = entry("USIW_MPA_REQUEST_TIMEOUT_MS");
 constexpr const Setting& kRdvPort = entry("USIW_RDV_PORT");
+constexpr const Setting& kCompletion = entry("USIW_COMPLETION");
 constexpr const Setting& kConfigDir = entry("USIW_CONFIG_DIR");
 constexpr const Setting& kSystemConfigDir = entry("USIW_SYSTEM_CONFIG_DIR");
 constexpr const Setting& kProviderLib = entry("USIW_PROVIDER_LIB");
@@ -247,6 +265,10 @@ bool apply(MpaPolicy* p, const Setting& s, std::string_view value) {
         if (!r)
             return false;
         p->rtr = *r;
+    } else if (&s == &kCompletion) {
+        if (value != "transport" && value != "acked")
+            return false;
+        p->acked_completion = value == "acked";
     } else if (&s == &kRdvPort) {
         const auto port = parse_port(value);
         if (!port)
@@ -325,6 +347,20 @@ size_t zero_copy_min_bytes() {
         return kZeroCopyMinDefault;
     }
     return static_cast<size_t>(n);
+}
+
+int peer_timeout_ms() {
+    const auto v = value_of(kPeerTimeout);
+    if (!v)
+        return kPeerTimeoutDefaultMs;
+    if (*v == "0")
+        return 0;
+    const auto ms = parse_ms(*v);
+    if (!ms) {
+        reject(kPeerTimeout, *v);
+        return kPeerTimeoutDefaultMs;
+    }
+    return *ms;
 }
 
 EngineSched engine_sched() {

@@ -67,6 +67,11 @@ EngineSched engine_sched();
 inline constexpr uint64_t kEngineLateDefaultNs = 250'000;
 uint64_t engine_late_ns();
 
+// USIW_PEER_TIMEOUT_MS: how long a connected peer may stay silent while we
+// wait for it (TCP_USER_TIMEOUT and keepalive, datapath/attach.cc); 0: off.
+inline constexpr int kPeerTimeoutDefaultMs = 60000;
+int peer_timeout_ms();
+
 // USIW_DEBUG and rdma-core's VERBS_LOG_LEVEL: what the provider logs.
 enum class LogLevel : uint8_t { kSilent, kErrors, kDebug };
 LogLevel log_level();
@@ -97,6 +102,10 @@ struct MpaPolicy {
     // and the least time a QP waits for its peer.
     uint16_t rdv_port = 4791;
     int rdv_timeout_min_ms = 10000;
+    // USIW_COMPLETION=acked: a signaled SEND or RDMA WRITE completes once
+    // the peer has placed it (a zero-length RDMA READ answered after it), as
+    // on InfiniBand, instead of once it is handed to TCP (iWARP's default).
+    bool acked_completion = false;
 };
 
 // The policy for connections on the usiw device named `device`: the

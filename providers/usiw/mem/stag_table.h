@@ -24,6 +24,35 @@ enum Access : unsigned {
     kAccessLocalRead = 1u << 31,
 };
 
+enum class WindowType : uint8_t { kType1 = 1, kType2 = 2 };
+
+// Why a bind or a local invalidation failed, for the work completion.
+enum class BindError : uint8_t {
+    kNone,
+    kNoWindow,          // no window with this index (or not a window)
+    kNoRegion,          // the region's lkey names no live, valid region
+    kWrongPd,           // window, region and QP are not all of one PD
+    kNoBindRight,       // the region lacks IBV_ACCESS_MW_BIND
+    kRights,            // remote write or atomic on a region without local write
+    kBounds,            // the window does not lie inside the region
+    kStillBound,        // a type 2 window must be invalidated before a rebind
+    kNotBound,          // invalidating a window that is not bound
+    kCannotInvalidate,  // a type 1 window (only rebinding unbinds it)
+};
+const char* bind_error_message(BindError error) noexcept;
+
+// What a bind asks for: the window, by its index, the key byte its STag
+// gets, and the part of the region it names (addr in the region's tagged
+// offsets). length 0 unbinds a type 1 window.
+struct WindowBind {
+    uint32_t window_index = 0;
+    uint8_t key = 0;
+    uint32_t region_stag = 0;
+    uint64_t addr = 0;
+    uint64_t length = 0;
+    unsigned access = 0;  // IBV_ACCESS_REMOTE_READ / _WRITE / _ATOMIC
+};
+
 struct StagRegion {
     uint32_t stag = 0;
     const void* pd = nullptr;
@@ -41,35 +70,73 @@ class StagTable {
 
     // Registers a region; returns its STag (never 0), or 0 if the table is full.
     uint32_t add(const void* pd, uintptr_t addr, uint64_t iova, uint64_t length, unsigned access);
-    // Changes a live region in place (rereg_mr); the STag stays.
+    // Changes a live region in place (rereg_mr); the STag stays. Refused
+    // while windows are bound to it (they name its memory).
     bool update(uint32_t stag, const void* pd, uintptr_t addr, uint64_t iova, uint64_t length,
                 unsigned access);
     bool remove(uint32_t stag);
-    // Remote invalidation (Send with Invalidate): the STag stops working
-    // until the region is deregistered. Fails with kInvalidStag or kWrongPd.
-    wire::StagError invalidate(uint32_t stag, const void* pd);
     size_t size() const;
 
     // Checks an access of `length` bytes at tagged offset `to` with the
     // rights in `required` (any of ibv_access_flags, or kAccessLocalRead).
     // On success returns kNone and the local address of `to` in *addr.
+    // This is the local check (an SGE's lkey): a window's STag names no
+    // local memory.
     wire::StagError check(uint32_t stag, const void* pd, uint64_t to, uint64_t length,
                           unsigned required, uintptr_t* addr) const;
+    // The same for an inbound access through QP `qp` (RDMA Write, Read
+    // Request, atomic): regions, and windows bound and valid for `qp`.
+    wire::StagError check_remote(uint32_t stag, const void* pd, const void* qp, uint64_t to,
+                                 uint64_t length, unsigned required, uintptr_t* addr) const;
+
+    // Windows. add_window returns the STag of a new, unbound window (never
+    // 0), or 0 if the table is full; it names no memory until bound.
+    uint32_t add_window(const void* pd, WindowType type);
+    // Binds (or, type 1 with length 0, unbinds) a window through QP `qp`
+    // of PD `qp_pd`. On success *stag is the window's new STag.
+    BindError bind_window(const WindowBind& bind, const void* qp_pd, const void* qp,
+                          uint32_t* stag);
+    // Removes a window, bound or not (dealloc_mw).
+    bool remove_window(uint32_t window_index);
+    // The QP `qp` goes: the type 2 windows bound through it are unbound, so
+    // that no later QP at the same address inherits them.
+    void unbind_windows_of(const void* qp);
+    // Removes a region unless windows are bound to it: 0, EBUSY, or EINVAL
+    // when `stag` names no region.
+    int remove_region(uint32_t stag);
+    // Local invalidation (IBV_WR_LOCAL_INV) of a region or a type 2 window.
+    BindError invalidate_local(uint32_t stag, const void* pd);
+    // Remote invalidation (Send with Invalidate) through QP `qp`: a region
+    // of its PD (it stops working until deregistered), or a type 2 window
+    // bound through `qp` (unbound). Fails with kInvalidStag or kNotAssociated.
+    wire::StagError invalidate_remote(uint32_t stag, const void* pd, const void* qp);
 
     bool lookup(uint32_t stag, StagRegion* out) const;
+    bool has_bound_windows(uint32_t stag) const;
 
   private:
     struct Slot {
-        StagRegion region;
+        StagRegion region;  // a window's: the local address and rights it grants
         bool live = false;
-        bool invalidated = false;
+        bool invalidated = false;  // a region invalidated; a window not bound
         uint8_t key = 0;
+        // Windows only. A window's region (by index) stays live while the
+        // window is bound to it; `bound_windows` counts a region's.
+        bool window = false;
+        WindowType type = WindowType::kType1;
+        const void* qp = nullptr;  // a bound type 2 window's QP
+        uint32_t parent = 0;
+        uint32_t bound_windows = 0;
     };
 
     // The live slot `stag` names (index and key), or nullptr. Called with
     // mutex_ held.
     Slot* find(uint32_t stag);
     const Slot* find(uint32_t stag) const;
+    // A free slot made live with a fresh key; 0 if the table is full.
+    uint32_t take_slot();
+    // A bound window goes back to the unbound state (its region released).
+    void unbind(Slot& window);
 
     mutable std::mutex mutex_;  // protects everything below
     std::vector<Slot> slots_;   // index 0 is never used: STag 0 is reserved

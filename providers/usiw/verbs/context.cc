@@ -10,6 +10,7 @@
 #include <new>
 
 #include "verbs/device_monitor.h"
+#include "verbs/fork_guard.h"
 #include "verbs/log.h"
 #include "verbs/verbs.h"
 
@@ -110,6 +111,8 @@ verbs_context* open_context(Device* device, int cmd_fd) {
     ctx->shell = shell;
     ctx->device = device;
     ctx->async_write_fd = fds[1];
+    fork_guard_install();
+    ctx->fork_generation = fork_generation();
 
     ibv_context* ibctx = ctx->ibv();
     ibctx->async_fd = fds[0];
@@ -138,16 +141,19 @@ const verbs_context_ops& context_ops() {
     // Listed in rdma-core's order; absent ops answer EOPNOTSUPP.
     static const verbs_context_ops ops = [] {
         verbs_context_ops o{};
+        o.alloc_mw = alloc_mw;
         o.alloc_parent_domain = alloc_parent_domain;
         o.alloc_pd = alloc_pd;
         o.alloc_td = alloc_td;
         o.async_event = async_event;
+        o.bind_mw = bind_mw;
         o.cq_event = cq_event;
         o.create_cq = create_cq;
         o.create_cq_ex = create_cq_ex;
         o.create_qp = create_qp;
         o.create_qp_ex = create_qp_ex;
         o.create_srq = create_srq;
+        o.dealloc_mw = dealloc_mw;
         o.dealloc_pd = dealloc_pd;
         o.dealloc_td = dealloc_td;
         o.dereg_mr = dereg_mr;

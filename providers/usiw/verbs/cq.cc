@@ -5,6 +5,7 @@
 #include <new>
 
 #include "datapath/progress.h"
+#include "verbs/fork_guard.h"
 #include "verbs/log.h"
 #include "verbs/verbs.h"
 
@@ -59,6 +60,8 @@ ibv_cq* create_cq(ibv_context* ibctx, int cqe, ibv_comp_channel* channel, int co
 
 int destroy_cq(ibv_cq* ibcq) {
     Cq* cq = to_cq(ibcq);
+    if (inherited(cq->context->fork_generation))
+        return EPERM;  // the parent's (verbs/fork_guard.h)
     if (cq->users.load() != 0)
         return EBUSY;
     Context* ctx = cq->context;
@@ -83,6 +86,8 @@ int cq_take_entries(Cq* cq, int num_entries, ibv_wc* wc) {
 
 int poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
     Cq* cq = to_cq(ibcq);
+    if (inherited(cq->context->fork_generation))
+        return -EPERM;
     if (num_entries < 0)
         return -EINVAL;
     const int n = cq_take_entries(cq, num_entries, wc);
@@ -96,6 +101,8 @@ int poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
 
 int req_notify_cq(ibv_cq* ibcq, int solicited_only) {
     Cq* cq = to_cq(ibcq);
+    if (inherited(cq->context->fork_generation))
+        return EPERM;
     {
         std::lock_guard lock(cq->mutex);
         // An arming for any completion is not narrowed by a later

@@ -89,7 +89,7 @@ void Device::fill_device_attr(ibv_device_attr* a) {
     a->max_qp_init_rd_atom = kMaxOrdIrd;
     a->max_ee_init_rd_atom = 0;
     a->atomic_cap = IBV_ATOMIC_NONE;
-    a->max_mw = 0;
+    a->max_mw = kMaxMw;
     a->max_srq = kMaxSrq;
     a->max_srq_wr = kMaxSrqWr;
     a->max_srq_sge = kMaxSrqSge;

@@ -29,6 +29,7 @@ inline constexpr uint32_t kMaxQpWr = 32768;
 inline constexpr uint32_t kMaxCq = 131072;
 inline constexpr uint32_t kMaxCqe = 3276800;
 inline constexpr uint32_t kMaxMr = 1024000;
+inline constexpr uint32_t kMaxMw = kMaxMr;
 inline constexpr uint32_t kMaxPd = 204800;
 inline constexpr uint32_t kMaxOrdIrd = 128;
 inline constexpr uint32_t kMaxSrq = 13107;
@@ -45,9 +46,11 @@ inline constexpr const char* kFirmwareVersion = USIW_VERSION;
 // ibv_modify_srq resizes. Not (yet): memory windows and the memory
 // management extensions; and no IB-only capability (RNR NAK, P_Key/Q_Key
 // counters, path migration, UD).
-inline constexpr unsigned kDeviceCapFlags = IBV_DEVICE_CURR_QP_STATE_MOD |
-                                            IBV_DEVICE_SYS_IMAGE_GUID |
-                                            IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SRQ_RESIZE;
+// Memory windows of type 1 and type 2B: a type 2 window is bound to the
+// QP that bound it and to its PD, and both are checked on every access.
+inline constexpr unsigned kDeviceCapFlags =
+    IBV_DEVICE_CURR_QP_STATE_MOD | IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_PORT_ACTIVE_EVENT |
+    IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
 
 struct Context;
 

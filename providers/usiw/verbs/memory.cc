@@ -11,8 +11,6 @@ namespace usiw {
 
 namespace {
 
-// MW_BIND is accepted as the kernel accepts it, though usiw has no memory
-// windows yet (ibv_alloc_mw answers EOPNOTSUPP).
 constexpr unsigned kSupportedAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                                       IBV_ACCESS_REMOTE_READ | IBV_ACCESS_MW_BIND |
                                       IBV_ACCESS_RELAXED_ORDERING;
@@ -144,6 +142,12 @@ int rereg_mr(verbs_mr* vmr, int flags, ibv_pd* new_ibpd, void* addr, size_t leng
     const auto start = reinterpret_cast<uintptr_t>(new_addr);
     if (int err = check_mapping(start, new_length, needs_write(new_access)))
         return err;
+    // Bound windows name the region's memory and rights as they are.
+    // (libibverbs answers IBV_REREG_MR_ERR_CMD; errno says why.)
+    if (mr->pd->context->stags.has_bound_windows(mr->stag)) {
+        errno = EBUSY;
+        return EBUSY;
+    }
     // The tagged offset of a re-registered region is its new address, as
     // ibv_rereg_mr has no IOVA argument.
     StagRegion old;
@@ -164,9 +168,79 @@ int rereg_mr(verbs_mr* vmr, int flags, ibv_pd* new_ibpd, void* addr, size_t leng
 
 int dereg_mr(verbs_mr* vmr) {
     Mr* mr = to_mr(vmr);
-    mr->pd->context->stags.remove(mr->stag);
+    // A region with windows bound to it stays (as rxe): EBUSY until they
+    // are unbound, invalidated or deallocated.
+    if (mr->pd->context->stags.remove_region(mr->stag) == EBUSY)
+        return EBUSY;
     mr->pd->users.fetch_sub(1);
     delete mr;
+    return 0;
+}
+
+ibv_mw* alloc_mw(ibv_pd* ibpd, ibv_mw_type type) {
+    if (type != IBV_MW_TYPE_1 && type != IBV_MW_TYPE_2) {
+        errno = EINVAL;
+        return nullptr;
+    }
+    Pd* pd = protection_of(to_pd(ibpd));
+    Context* ctx = pd->context;
+    {
+        std::lock_guard lock(ctx->objects_mutex);
+        if (ctx->mw_count >= kMaxMw) {
+            errno = ENOMEM;
+            return nullptr;
+        }
+        ++ctx->mw_count;
+    }
+    auto* mw = new (std::nothrow) Mw;
+    const uint32_t stag = mw ? ctx->stags.add_window(pd, type == IBV_MW_TYPE_1 ? WindowType::kType1
+                                                                               : WindowType::kType2)
+                             : 0;
+    if (stag == 0) {
+        delete mw;
+        std::lock_guard lock(ctx->objects_mutex);
+        --ctx->mw_count;
+        errno = ENOMEM;
+        return nullptr;
+    }
+    mw->pd = pd;
+    mw->index = stag >> 8;
+    mw->ibv.context = pd->ibv.context;
+    mw->ibv.pd = ibpd;
+    mw->ibv.rkey = stag;
+    mw->ibv.handle = mw->index;
+    mw->ibv.type = type;
+    pd->users.fetch_add(1);
+    return &mw->ibv;
+}
+
+int dealloc_mw(ibv_mw* ibmw) {
+    Mw* mw = to_mw(ibmw);
+    Context* ctx = mw->pd->context;
+    ctx->stags.remove_window(mw->index);  // bound or not: the STag stops working
+    mw->pd->users.fetch_sub(1);
+    delete mw;
+    std::lock_guard lock(ctx->objects_mutex);
+    --ctx->mw_count;
+    return 0;
+}
+
+// ibv_bind_mw, for type 1 windows (libibverbs checked the type and the
+// PDs): an IBV_WR_BIND_MW work request on the QP's send queue, with the
+// window's next key. As on rxe, mw->rkey takes that key now; the bind's
+// completion says whether the window holds it.
+int bind_mw(ibv_qp* ibqp, ibv_mw* ibmw, ibv_mw_bind* mw_bind) {
+    ibv_send_wr wr{};
+    wr.wr_id = mw_bind->wr_id;
+    wr.opcode = IBV_WR_BIND_MW;
+    wr.send_flags = mw_bind->send_flags;
+    wr.bind_mw.mw = ibmw;
+    wr.bind_mw.rkey = ibv_inc_rkey(ibmw->rkey);
+    wr.bind_mw.bind_info = mw_bind->bind_info;
+    ibv_send_wr* bad = nullptr;
+    if (int err = post_send_bind(ibqp, &wr, &bad))
+        return err;
+    ibmw->rkey = wr.bind_mw.rkey;
     return 0;
 }
 

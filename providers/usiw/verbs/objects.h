@@ -70,6 +70,14 @@ struct Mr {
     uint32_t stag = 0;
 };
 
+// A memory window (ibv_alloc_mw): its STag lives in the STag table, by
+// index; its key changes with every bind (mem/stag_table.h).
+struct Mw {
+    ibv_mw ibv{};
+    Pd* pd = nullptr;
+    uint32_t index = 0;
+};
+
 // One completion queue: a bounded ring of work completions.
 struct Cq {
     verbs_cq vcq{};
@@ -103,6 +111,16 @@ struct RecvWqe {
     ibv_sge sge[kMaxRecvSge]{};
 };
 
+// What an IBV_WR_BIND_MW work request binds, copied from the caller's.
+struct MwBindWqe {
+    uint32_t window_index = 0;
+    uint32_t rkey = 0;     // the window's STag once bound (the new key in its low 8 bits)
+    uint32_t mr_lkey = 0;  // the region; ignored when a type 1 window is unbound
+    uint64_t addr = 0;
+    uint64_t length = 0;
+    unsigned access = 0;
+};
+
 // Send work request as queued. Inline data is copied into `inline_data`;
 // otherwise the SGEs reference registered memory by lkey.
 struct SendWqe {
@@ -116,6 +134,7 @@ struct SendWqe {
     uint32_t invalidate_rkey = 0;
     uint32_t imm_data = 0;
     uint32_t inline_length = 0;
+    MwBindWqe bind{};  // IBV_WR_BIND_MW
     uint8_t inline_data[kMaxInlineData];
 };
 
@@ -197,6 +216,7 @@ struct Context {
     ContextShell* shell = nullptr;
     Device* device = nullptr;
     int async_write_fd = -1;  // the read end is ibv_context::async_fd
+    uint32_t fork_generation = 0;  // when opened (verbs/fork_guard.h)
     StagTable stags;
 
     std::mutex objects_mutex;  // protects the counts below
@@ -205,6 +225,7 @@ struct Context {
     uint32_t qp_count = 0;
     uint32_t srq_count = 0;
     uint32_t mr_count = 0;
+    uint32_t mw_count = 0;
     std::unordered_map<uint32_t, Qp*> qps;  // by QP number
 
     ibv_context* ibv() { return &shell->vctx.context; }
@@ -222,6 +243,9 @@ inline Pd* to_pd(ibv_pd* p) {
 }
 inline Mr* to_mr(verbs_mr* m) {
     return reinterpret_cast<Mr*>(m);
+}
+inline Mw* to_mw(ibv_mw* m) {
+    return reinterpret_cast<Mw*>(m);
 }
 inline Cq* to_cq(ibv_cq* c) {
     return reinterpret_cast<Cq*>(c);

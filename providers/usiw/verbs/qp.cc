@@ -13,6 +13,7 @@
 #include "datapath/completion.h"
 #include "datapath/datapath.h"
 #include "host/qpn_allocator.h"
+#include "verbs/fork_guard.h"
 #include "verbs/log.h"
 #include "verbs/qp_connector.h"
 #include "verbs/qp_transitions.h"
@@ -193,6 +194,15 @@ ibv_qp* create_qp_common(ibv_pd* ibpd, ibv_qp_init_attr_ex* attr) {
     qp->recv_cq = to_cq(attr->recv_cq);
     qp->srq = attr->srq ? to_srq(attr->srq) : nullptr;
     qp->cap = attr->cap;
+    // The caps returned are the QP's real ones, at least those asked for.
+    // Every send WQE has room for kMaxInlineData bytes; as rxe, a QP
+    // reports at least what its SGE list could describe, so an application
+    // that asks for no inline data still gets a little (rsockets on an
+    // iWARP device ask for 0 in their bandwidth mode and then need 4 bytes
+    // for their messages, or refuse the connection with ENOTSUP).
+    qp->cap.max_inline_data =
+        std::max(qp->cap.max_inline_data,
+                 std::min<uint32_t>(qp->cap.max_send_sge * sizeof(ibv_sge), kMaxInlineData));
     if (qp->srq) {
         qp->cap.max_recv_wr = 0;
         qp->cap.max_recv_sge = 0;
@@ -281,10 +291,13 @@ ibv_qp* create_qp_ex(ibv_context* ibctx, ibv_qp_init_attr_ex* attr) {
 int destroy_qp(ibv_qp* ibqp) {
     Qp* qp = to_qp(ibqp);
     Context* ctx = qp->context;
+    if (inherited(ctx->fork_generation))
+        return EPERM;  // the parent's (verbs/fork_guard.h)
     if (QpConnector* connector = qp_connector())
         connector->qp_destroying(qp);
     detach_from_cqs(qp);  // no poll_cq reaches the stream after this
     qp_stream_destroy(qp);
+    ctx->stags.unbind_windows_of(qp);  // type 2 windows die with their QP's binding
     release(qp);
     pthread_cond_destroy(&ibqp->cond);
     pthread_mutex_destroy(&ibqp->mutex);
@@ -366,6 +379,10 @@ int modify_locked(Qp* qp, const ibv_qp_attr* attr, int mask, bool* notify) {
         case IBV_QPS_RESET:
             qp_stream_reset(qp);  // the connection ends; the QP may take a new one
             discard_queues(qp);
+            if (qp->send_cq)
+                cq_clean(qp->send_cq, qp->vqp.qp.qp_num);
+            if (qp->recv_cq && qp->recv_cq != qp->send_cq)
+                cq_clean(qp->recv_cq, qp->vqp.qp.qp_num);
             qp->state = IBV_QPS_RESET;
             qp->peer_named = false;
             break;
@@ -383,6 +400,8 @@ int modify_locked(Qp* qp, const ibv_qp_attr* attr, int mask, bool* notify) {
 
 int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
     Qp* qp = to_qp(ibqp);
+    if (inherited(qp->context->fork_generation))
+        return EPERM;
     if (mask & ~kSupportedQpAttrs)
         return EINVAL;
     bool notify = false;
@@ -445,19 +464,68 @@ bool opcode_supported(ibv_wr_opcode op) {
         case IBV_WR_SEND_WITH_INV:
         case IBV_WR_RDMA_WRITE:
         case IBV_WR_RDMA_READ:
+        case IBV_WR_LOCAL_INV:
+        case IBV_WR_BIND_MW:
             return true;
         default:
             return false;
     }
 }
 
+// The rights a window may be bound with. Local write means nothing for a
+// window (its STag names no local memory) and is accepted, as rxe does;
+// zero-based windows are not offered.
+constexpr unsigned kWindowAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
+                                   IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+
+// An IBV_WR_BIND_MW: what can be checked now; the window's state and the
+// region's rights and bounds are checked when it executes, in order with
+// the work before it (datapath/tx.cc). A type 1 window is bound only
+// through ibv_bind_mw (`type1_bind`).
+int build_bind_wqe(const Qp* qp, const ibv_send_wr* wr, SendWqe* wqe, bool type1_bind) {
+    const ibv_mw* mw = wr->bind_mw.mw;
+    const ibv_mw_bind_info& info = wr->bind_mw.bind_info;
+    if (!mw || mw->context != qp->vqp.qp.context)
+        return EINVAL;
+    if (mw->type == IBV_MW_TYPE_1 ? !type1_bind : mw->type != IBV_MW_TYPE_2)
+        return EINVAL;
+    if ((info.mw_access_flags & ~kWindowAccess) || (wr->send_flags & IBV_SEND_INLINE))
+        return EINVAL;
+    // Only the key (the low 8 bits) of a window's STag changes.
+    if ((wr->bind_mw.rkey >> 8) != (mw->rkey >> 8))
+        return EINVAL;
+    if (info.mr ? info.mr->context != qp->vqp.qp.context : mw->type == IBV_MW_TYPE_2)
+        return EINVAL;
+    wqe->bind = {to_mw(const_cast<ibv_mw*>(mw))->index,
+                 wr->bind_mw.rkey,
+                 info.mr ? info.mr->lkey : 0,
+                 info.addr,
+                 info.mr ? info.length : 0,
+                 info.mw_access_flags};
+    return 0;
+}
+
 }  // namespace
 
-int build_send_wqe(const Qp* qp, const ibv_send_wr* wr, SendWqe* wqe) {
+int build_send_wqe(const Qp* qp, const ibv_send_wr* wr, SendWqe* wqe, bool type1_bind) {
     if (!opcode_supported(wr->opcode))
         return EOPNOTSUPP;
     if (wr->send_flags & ~kSupportedSendFlags)
         return EINVAL;
+    if (wr->opcode == IBV_WR_BIND_MW || wr->opcode == IBV_WR_LOCAL_INV) {
+        // Local operations: no data, nothing on the wire.
+        if (wr->opcode == IBV_WR_BIND_MW) {
+            if (int err = build_bind_wqe(qp, wr, wqe, type1_bind))
+                return err;
+        }
+        wqe->wr_id = wr->wr_id;
+        wqe->opcode = wr->opcode;
+        wqe->send_flags = wr->send_flags;
+        wqe->invalidate_rkey = wr->opcode == IBV_WR_LOCAL_INV ? wr->invalidate_rkey : 0;
+        wqe->num_sge = 0;
+        wqe->inline_length = 0;
+        return 0;
+    }
     if (wr->num_sge < 0)
         return EINVAL;
     const auto num_sge = static_cast<uint32_t>(wr->num_sge);
@@ -565,8 +633,14 @@ void flush_after_error(Qp* qp, bool lock_free, bool send_queue) {
 
 }  // namespace
 
-int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+namespace {
+
+int post_send_common(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr, bool type1_bind) {
     Qp* qp = to_qp(ibqp);
+    if (inherited(qp->context->fork_generation)) {
+        *bad_wr = wr;
+        return EPERM;
+    }
     int err = 0;
     bool transmit = false;
     bool lock_free;
@@ -584,7 +658,7 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
                 err = ENOMEM;
                 break;
             }
-            if ((err = build_send_wqe(qp, wr, &qp->sq.back_slot())) != 0)
+            if ((err = build_send_wqe(qp, wr, &qp->sq.back_slot(), type1_bind)) != 0)
                 break;
             qp->sq.commit_push();
             if (state == IBV_QPS_ERR) {  // an errored QP completes new work as flushed
@@ -602,6 +676,16 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     if (transmit)
         transmit_posted(qp);
     return err;
+}
+
+}  // namespace
+
+int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+    return post_send_common(ibqp, wr, bad_wr, false);
+}
+
+int post_send_bind(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+    return post_send_common(ibqp, wr, bad_wr, true);
 }
 
 int post_built_sends(Qp* qp, size_t tail, size_t n) {
@@ -632,6 +716,10 @@ int post_built_sends(Qp* qp, size_t tail, size_t n) {
 
 int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     Qp* qp = to_qp(ibqp);
+    if (inherited(qp->context->fork_generation)) {
+        *bad_wr = wr;
+        return EPERM;
+    }
     if (qp->srq) {  // receives of a QP on an SRQ go to the SRQ
         *bad_wr = wr;
         return EINVAL;

@@ -13,14 +13,15 @@
 // The builders return nothing, so the first error is kept and returned by
 // ibv_wr_complete, which then posts nothing (ibv_wr_post(3)).
 //
-// Offered: SEND, SEND_WITH_INV, RDMA_WRITE and RDMA_READ, the operations
-// usiw has. Asking for others (immediate data, atomics, memory windows,
-// local invalidation, TSO, flush) in send_ops_flags fails ibv_create_qp_ex
-// with EOPNOTSUPP.
+// Offered: SEND, SEND_WITH_INV, RDMA_WRITE, RDMA_READ, BIND_MW (type 2
+// windows) and LOCAL_INV, the operations usiw has. Asking for others
+// (immediate data, atomics, TSO, flush) in send_ops_flags fails
+// ibv_create_qp_ex with EOPNOTSUPP.
 #include <cerrno>
 #include <climits>
 #include <cstring>
 
+#include "verbs/fork_guard.h"
 #include "verbs/verbs.h"
 
 namespace usiw {
@@ -28,7 +29,8 @@ namespace usiw {
 namespace {
 
 constexpr uint64_t kSupportedSendOps = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_INV |
-                                       IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_READ;
+                                       IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_READ |
+                                       IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV;
 
 void wr_start(ibv_qp_ex* qpx) {
     Qp* qp = to_qp(qpx);
@@ -53,7 +55,10 @@ void end_section(Qp* qp) {
 int wr_complete(ibv_qp_ex* qpx) {
     Qp* qp = to_qp(qpx);
     const WrBatch& b = qp->wr;
-    const int err = b.error ? b.error : post_built_sends(qp, b.tail, b.count);
+    int err = b.error;
+    if (err == 0)  // a child of fork() posts nothing on its parent's QP (verbs/fork_guard.h)
+        err =
+            inherited(qp->context->fork_generation) ? EPERM : post_built_sends(qp, b.tail, b.count);
     end_section(qp);
     return err;
 }
@@ -62,9 +67,9 @@ void wr_abort(ibv_qp_ex* qpx) {
     end_section(to_qp(qpx));
 }
 
-// Builds the next work request (without data) into its slot.
-void begin_wr(ibv_qp_ex* qpx, ibv_wr_opcode opcode, uint32_t rkey, uint64_t remote_addr,
-              uint32_t invalidate_rkey) {
+// Builds the next work request `wr` (its wr_id and flags from the QP)
+// into its slot.
+void build_wr(ibv_qp_ex* qpx, ibv_send_wr& wr) {
     Qp* qp = to_qp(qpx);
     WrBatch& b = qp->wr;
     if (b.error)
@@ -73,17 +78,23 @@ void begin_wr(ibv_qp_ex* qpx, ibv_wr_opcode opcode, uint32_t rkey, uint64_t remo
         b.error = ENOMEM;  // as post_send on a full send queue
         return;
     }
-    ibv_send_wr wr{};
     wr.wr_id = qpx->wr_id;
-    wr.opcode = opcode;
     wr.send_flags = qpx->wr_flags;
-    wr.wr.rdma.remote_addr = remote_addr;
-    wr.wr.rdma.rkey = rkey;
-    wr.invalidate_rkey = invalidate_rkey;
     if (int err = build_send_wqe(qp, &wr, &qp->sq.at(b.tail + b.count)))
         b.error = err;
     else
         ++b.count;
+}
+
+// Builds the next work request (without data) into its slot.
+void begin_wr(ibv_qp_ex* qpx, ibv_wr_opcode opcode, uint32_t rkey, uint64_t remote_addr,
+              uint32_t invalidate_rkey) {
+    ibv_send_wr wr{};
+    wr.opcode = opcode;
+    wr.wr.rdma.remote_addr = remote_addr;
+    wr.wr.rdma.rkey = rkey;
+    wr.invalidate_rkey = invalidate_rkey;
+    build_wr(qpx, wr);
 }
 
 // Rebuilds the last work request with its data: `num_sge` entries of
@@ -122,6 +133,19 @@ void wr_rdma_write(ibv_qp_ex* qpx, uint32_t rkey, uint64_t remote_addr) {
 }
 void wr_rdma_read(ibv_qp_ex* qpx, uint32_t rkey, uint64_t remote_addr) {
     begin_wr(qpx, IBV_WR_RDMA_READ, rkey, remote_addr, 0);
+}
+
+void wr_local_inv(ibv_qp_ex* qpx, uint32_t invalidate_rkey) {
+    begin_wr(qpx, IBV_WR_LOCAL_INV, 0, 0, invalidate_rkey);
+}
+void wr_bind_mw(ibv_qp_ex* qpx, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* bind_info) {
+    ibv_send_wr wr{};
+    wr.opcode = IBV_WR_BIND_MW;
+    wr.bind_mw.mw = mw;
+    wr.bind_mw.rkey = rkey;
+    if (bind_info)
+        wr.bind_mw.bind_info = *bind_info;
+    build_wr(qpx, wr);
 }
 
 void wr_set_sge(ibv_qp_ex* qpx, uint32_t lkey, uint64_t addr, uint32_t length) {
@@ -173,6 +197,10 @@ void qp_ex_setup(Qp* qp, uint64_t send_ops_flags) {
         x.wr_rdma_write = wr_rdma_write;
     if (send_ops_flags & IBV_QP_EX_WITH_RDMA_READ)
         x.wr_rdma_read = wr_rdma_read;
+    if (send_ops_flags & IBV_QP_EX_WITH_BIND_MW)
+        x.wr_bind_mw = wr_bind_mw;
+    if (send_ops_flags & IBV_QP_EX_WITH_LOCAL_INV)
+        x.wr_local_inv = wr_local_inv;
     x.wr_set_sge = wr_set_sge;
     x.wr_set_sge_list = wr_set_sge_list;
     x.wr_set_inline_data = wr_set_inline_data;

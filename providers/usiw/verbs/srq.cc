@@ -4,6 +4,7 @@
 #include <cstring>
 #include <new>
 
+#include "verbs/fork_guard.h"
 #include "verbs/verbs.h"
 
 namespace usiw {
@@ -54,6 +55,8 @@ ibv_srq* create_srq(ibv_pd* ibpd, ibv_srq_init_attr* init) {
 
 int destroy_srq(ibv_srq* ibsrq) {
     Srq* srq = to_srq(ibsrq);
+    if (inherited(srq->context->fork_generation))
+        return EPERM;  // the parent's (verbs/fork_guard.h)
     if (srq->users.load() != 0)
         return EBUSY;
     Context* ctx = srq->context;
@@ -94,6 +97,10 @@ int query_srq(ibv_srq* ibsrq, ibv_srq_attr* attr) {
 
 int post_srq_recv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     Srq* srq = to_srq(ibsrq);
+    if (inherited(srq->context->fork_generation)) {
+        *bad_wr = wr;
+        return EPERM;
+    }
     std::lock_guard lock(srq->mutex);
     for (; wr; wr = wr->next) {
         if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > srq->max_sge) {

@@ -23,8 +23,9 @@ Qp* find_qp(Context* ctx, uint32_t qp_num);
 
 // Checks one send work request against the QP's limits and fills `wqe`
 // from it; inline data is copied now, as the caller may reuse it. An errno
-// value when the request is invalid (verbs/qp.cc).
-int build_send_wqe(const Qp* qp, const ibv_send_wr* wr, SendWqe* wqe);
+// value when the request is invalid (verbs/qp.cc). IBV_WR_BIND_MW takes a
+// type 2 window, or a type 1 window when `type1_bind` (ibv_bind_mw).
+int build_send_wqe(const Qp* qp, const ibv_send_wr* wr, SendWqe* wqe, bool type1_bind = false);
 
 // Pushes the `n` work requests built in place in the send queue's free
 // slots from `tail` (Ring::at) and starts transmitting them, as post_send
@@ -79,6 +80,8 @@ int destroy_qp(ibv_qp* qp);
 int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask);
 int query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr* init_attr);
 int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr);
+// post_send that also takes IBV_WR_BIND_MW of a type 1 window (bind_mw).
+int post_send_bind(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr);
 int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
 
 ibv_srq* create_srq(ibv_pd* pd, ibv_srq_init_attr* attr);
@@ -95,5 +98,8 @@ int dealloc_pd(ibv_pd* pd);
 ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t hca_va, int access);
 int rereg_mr(verbs_mr* vmr, int flags, ibv_pd* pd, void* addr, size_t length, int access);
 int dereg_mr(verbs_mr* vmr);
+ibv_mw* alloc_mw(ibv_pd* pd, ibv_mw_type type);
+int dealloc_mw(ibv_mw* mw);
+int bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* mw_bind);
 
 }  // namespace usiw

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+# libfabric's verbs provider over usiw (Debian libfabric 1.17): fi_info lists
+# the usiw device for MSG and RDM (verbs;ofi_rxm) endpoints, and
+# fi_pingpong runs over a MSG endpoint and over RDM endpoints with message
+# and tagged transfers, with its data checks (-c) on.
+#
+# libfabric's verbs provider ignores loopback interfaces (a device must have
+# an address on another netdev), so this runs in a network namespace of its
+# own with usiw0 on one end of a veth pair; it needs root. Server and client
+# share that namespace: fi_pingpong's server gives libfabric no address, and
+# libfabric then binds "localhost", which it advertises to the client (see
+# Documentation/testing.md, "Middleware").
+#
+# libfabric registers its memory with IBV_ACCESS_REMOTE_ATOMIC: while usiw
+# refuses that flag, fi_pingpong stops at fi_mr_reg (EOPNOTSUPP), and the
+# pingpong checks are reported skipped with that reason.
+#
+# Usage: libfabric.sh PATH/TO/usiw
+set -u
+. "$(dirname "$0")/../../scripts/lib/usiw.sh"
+
+USIW=${1:?usage: libfabric.sh PATH/TO/usiw}
+WORK=$(mktemp -d /tmp/usiw-libfabric.XXXXXX)
+NS=usiw-lf-$$
+ADDR=192.0.2.1  # RFC 5737 TEST-NET-1, only inside this namespace
+PORT=47592      # fi_pingpong's control port; the namespace is ours
+
+cleanup() {
+    stop_jobs
+    netns_del "$NS"
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+if ! command -v fi_pingpong >/dev/null || ! command -v fi_info >/dev/null; then
+    skip "fi_pingpong and fi_info are not installed (Debian package libfabric-bin)"
+    results
+    exit 0
+fi
+if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null; then
+    skip "libfabric: needs root and iproute2 (a netns with usiw0 on a veth)"
+    results
+    exit 0
+fi
+veth_pair va "$NS" "$ADDR" vb "$NS" "" || bail "could not create the namespace and veth pair"
+links_dir "$WORK/conf" "usiw0 netdev va"
+
+side() {
+    with_links "$WORK/conf" in_ns "$NS" timeout 60 "$USIW" run "$@"
+}
+
+capture side fi_info -p verbs
+if [ "$RC" -eq 0 ] && grep -q 'domain: usiw0' <<<"$OUT" && grep -q 'type: FI_EP_MSG' <<<"$OUT" &&
+    grep -q 'provider: verbs;ofi_rxm' <<<"$OUT" && grep -q 'type: FI_EP_RDM' <<<"$OUT" &&
+    grep -q 'fabric: Ethernet-iWARP' <<<"$OUT"; then
+    ok "fi_info -p verbs: usiw0 for FI_EP_MSG (verbs) and FI_EP_RDM (verbs;ofi_rxm), Ethernet-iWARP"
+else
+    bad_capture "fi_info -p verbs lists usiw0 for MSG and RDM endpoints"
+fi
+
+# pingpong NAME ARGS...: fi_pingpong server and client with ARGS; both must
+# exit 0 and the client report its iterations all acknowledged.
+pingpong() {
+    local name=$1
+    shift
+    local sout="$WORK/$name.server" cout="$WORK/$name.client"
+    if ! server_client "$PORT" "$NS" 20 "$sout" "$cout" side fi_pingpong -p verbs "$@" \
+        -- side fi_pingpong -p verbs "$@" "$ADDR"; then
+        bad "fi_pingpong $name: the server never listened on port $PORT"
+        show server "$sout" 10
+        return
+    fi
+    if grep -q 'fi_mr_reg(): .*ret=-95' "$sout" "$cout"; then
+        skip "fi_pingpong $name: usiw refuses IBV_ACCESS_REMOTE_ATOMIC, which libfabric asks for (issue 16 item 1)"
+        return
+    fi
+    if [ "$client_rc" -eq 0 ] && [ "$server_rc" -eq 0 ] &&
+        grep -Eq '^[0-9]+[kmg]? +[0-9]+ +=[0-9]+ ' "$cout"; then
+        ok "fi_pingpong $name: $(grep -E '^[0-9]+[kmg]? +[0-9]+ +=' "$cout" | tr -s ' ' | tr '\n' ';')"
+    else
+        bad "fi_pingpong $name: client exit $client_rc, server exit $server_rc"
+        show server "$sout" 15
+        show client "$cout" 15
+    fi
+}
+
+# -c: fi_pingpong checks the data of every transfer. 64 KiB over RDM goes
+# by ofi_rxm's rendezvous protocol (an RDMA READ of the sender's buffer).
+pingpong "MSG endpoint" -e msg -c -I 10 -S 4096
+pingpong "RDM endpoint, messages" -e rdm -m msg -c -I 10 -S 65536
+pingpong "RDM endpoint, tagged" -e rdm -m tagged -c -I 10 -S 1024
+
+results

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+# Network faults between two usiw processes in two network namespaces
+# joined by a veth pair, in a qemu guest booted from Debian's 6.1 kernel
+# (scripts/qemu/guest.sh; the guest half is netfaults_guest.sh): tc netem
+# loss, reordering, duplication, delay and corruption, corruption that
+# TCP's checksum misses with MPA CRC on and off, the link down and up, a
+# TCP reset, a peer that vanishes without a FIN. Documentation/testing.md
+# lists what usiw does in each.
+#
+# Usage: netfaults.sh BUILD_DIR    (ctest runs it as "netfaults")
+# Exit 77 (skipped) when the guest cannot boot.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/../.." && pwd)
+build=$(cd "${1:?usage: netfaults.sh BUILD_DIR}" && pwd)
+exec "$top/scripts/qemu/guest.sh" run "$here/netfaults_guest.sh" "$build"
