@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // usiw_connrate: measures how many connections per second rdma_cm sets up
 // (and, with --tcp, plain TCP for reference). A server accepts N
 // connections; a client opens N, one after another, each with its own RC

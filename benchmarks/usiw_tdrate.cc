@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // usiw_tdrate: what a thread domain saves. One thread drives both ends of
 // an RC connection that rdma_cm sets up inside the process (over loopback,
 // or the address given): it keeps a window of 64-byte SENDs in flight,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # Benchmarks usiw against raw TCP on the same path, in one run:
 #   raw TCP:  iperf3 throughput and its CPU seconds per GiB, sockperf TCP
 #             ping-pong latency and 64-byte message rate (sockperf tp),
@@ -65,7 +66,7 @@ while [ $# -gt 0 ]; do
         --guest) guest=1 ;;
         --zerocopy) guest=2 ;;
         loopback | netns | all) where=$arg ;;
-        -h | --help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
+        -h | --help) sed -n '3,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
         *) echo "bench.sh: unknown argument '$arg'" >&2; exit 2 ;;
     esac
 done

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 """Plots the results of scripts/bench.sh with gnuplot (Debian: gnuplot-nox).
 
 Usage: scripts/bench_plot.py RESULTS.csv OUTPUT.png

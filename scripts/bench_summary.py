@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 """Summarises the qemu guest benchmarks of scripts/bench.sh: the medians of
 each measurement over the runs, as a table on stdout and a CSV.
 

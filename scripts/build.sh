@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # Configures and builds usiw into a build directory.
 #
 # Usage: scripts/build.sh [BUILD_DIR] [extra cmake arguments...]

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # The main job: installs what is needed, builds usiw, and runs stock
 # rdma-core and perftest programs over usiw on loopback: ibv_devinfo sees the
 # device, rping moves and verifies data through rdma_cm, and ib_send_bw,

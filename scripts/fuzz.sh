@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # Builds the libFuzzer targets with clang and runs each for a while.
 # Any crash or sanitizer report fails the run; the crashing input is left in
 # build-fuzz/artifacts/.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # Installs, with apt only, every Debian 12 package that usiw's build, tests
 # and demo need. Idempotent: packages already installed are left alone and
 # apt is not touched at all when nothing is missing.
@@ -20,6 +21,11 @@ packages=(
     libcmocka-dev
     # network namespaces for two-host tests
     iproute2
+    # man pages: rendered by pandoc, checked with man and groff (man_pages)
+    pandoc python3 man-db groff-base bsdextrautils
+    # the Debian package: built, linted, installed into a minimal Debian
+    # root made by mmdebstrap (debian_package)
+    debhelper dpkg-dev fakeroot lintian mmdebstrap
     # middleware the integration tests run over usiw: qperf, libfabric's
     # verbs provider and its fi_pingpong/fi_info (rsockets come with
     # librdmacm1)

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # Soak: many QPs moving checked data for a given time, and whether the
 # process and the device stay flat. One process (tests/integration/faults.cc
 # `soak`) holds Q rdma_cm and Q rendezvous QP pairs on loopback (device

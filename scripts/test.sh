@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # Installs what is needed, builds usiw and runs every test with ctest.
 #
 # Usage: scripts/test.sh [ctest arguments...]   e.g. scripts/test.sh -L unit

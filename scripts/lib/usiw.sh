@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # shellcheck shell=bash
 # (The variables it sets for its caller look unused from here.)
 # shellcheck disable=SC2034

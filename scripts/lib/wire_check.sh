@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # Sourced by the tests that check captured iWARP connections with tshark's
 # dissectors (iwarp_mpa, iwarp_ddp_rdmap): tests/kernel/siw_interop.sh
 # (usiw against kernel siw) and tests/integration/rendezvous.sh (QPs

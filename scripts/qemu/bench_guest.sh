@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # Runs INSIDE the qemu guest (scripts/bench.sh --guest): usiw, kernel siw
 # and kernel rxe side by side over the same veth pair, in one boot.
 #

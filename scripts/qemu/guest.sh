@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # Boots Debian's 6.1 kernel under qemu (software emulation, no KVM needed)
 # with this machine's root file system shared read-only, runs one script in
 # the guest as root and returns its output and exit code. The guest has a
@@ -221,6 +222,6 @@ run() {
 case ${1:-} in
     prepare) shift; prepare "$@" >/dev/null && say "ready in $qdir" ;;
     run) shift; run "$@" ;;
-    -h | --help | "") sed -n "2,30p" "$0" ;;
+    -h | --help | "") sed -n '3,/^[^#]/{/^#/p}' "$0" ;;
     *) say "unknown command '$1' (try --help)"; exit 2 ;;
 esac

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # Runs INSIDE the qemu guest (scripts/bench.sh --zerocopy): measures usiw's
 # transmit with and without MSG_ZEROCOPY over a NIC that does not copy, to
 # choose USIW_ZCOPY_MIN, the smallest batch sent with zero copy.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // libFuzzer target for the receive Deframer (wire/fpdu.h).
 //
 // Input: [config][chunking][stream...]

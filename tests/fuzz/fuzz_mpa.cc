@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // libFuzzer target for the MPA connection setup frames (wire/mpa.h).
 //
 // Every input is used twice:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // usiw_hostile: a hostile peer against a live usiw listener, while an
 // honest client keeps using the same listener.
 //

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # Tests usiw_connrate (benchmarks/usiw_connrate.cc), the connection-rate tool
 # scripts/bench.sh runs: 20 rdma_cm connections over usiw0 on loopback and
 # 20 plain TCP ones must all complete with both ends exiting 0; a client

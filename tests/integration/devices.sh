@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # Runs the stock rdma-core tools ibv_devices, ibv_devinfo and ibv_devinfo -v
 # through `usiw run` and checks what they print about usiw devices: the
 # default link (usiw0 on lo), two configured links, and a link whose netdev
@@ -23,6 +24,9 @@ set -u
 
 USIW=${1:?usage: devices.sh PATH/TO/usiw}
 USIW=$(cd "$(dirname "$USIW")" && pwd -P)/$(basename "$USIW")
+# fw_ver is the project's version, which `usiw --version` prints.
+VERSION=$("$USIW" --version | sed -n 's/^usiw \([0-9][0-9.]*\)$/\1/p')
+[[ -n $VERSION ]] || { echo "devices.sh: cannot read the version from 'usiw --version'" >&2; exit 1; }
 PROVIDER=$(dirname "$(dirname "$USIW")")/lib/libusiw-rdmav34.so
 
 unset USIW_PROVIDER_LIB LD_PRELOAD USIW_RUN XDG_CONFIG_HOME RDMAV_DRIVERS IBV_DRIVERS
@@ -89,6 +93,10 @@ run_tool() {
 }
 
 # --- checks ---
+
+expect_stderr_line() {  # DESCRIPTION EXACT-LINE
+    if grep -qxF -- "$2" <<<"$ERR"; then ok "$1: stderr says '$2'"; else bad_capture "$1: stderr lacks '$2'"; fi
+}
 
 expect_no_stderr() {  # DESCRIPTION
     if [[ -z $ERR ]]; then ok "$1: nothing on stderr"; else bad_capture "$1: unexpected stderr"; fi
@@ -182,7 +190,7 @@ check_devinfo_common() {
     local label=$1 name=$2 state=$3
     expect_field "$label" "$name" "hca_id: $name"
     expect_field "$label" "$name" "transport: iWARP (1)"
-    expect_field "$label" "$name" "fw_ver: usiw-0.1.0"
+    expect_field "$label" "$name" "fw_ver: $VERSION"
     expect_field "$label" "$name" "node_guid: $(guid_colons "${GUID[$name]}")"
     expect_field "$label" "$name" "sys_image_guid: $(guid_colons "${GUID[$name]}")"
     expect_field "$label" "$name" "vendor_id: 0x757369"
@@ -258,7 +266,14 @@ printf 'usiw0 netdev lo\ngone0 netdev %s\n' "$MISSING_NETDEV" >"$WORK/missing/us
 have_missing=1
 [[ -e /sys/class/net/$MISSING_NETDEV ]] && have_missing=0
 
-chmod -R a+rX "$WORK/default" "$WORK/two" "$WORK/missing"
+# broken: a user links file whose third line is malformed, and a system
+# file that lists a name twice. Every program that loads the provider must
+# say so on stderr, whatever the log level, with the file and line.
+mkdir -p "$WORK/broken/user" "$WORK/broken/system" "$WORK/dupe/user" "$WORK/dupe/system"
+printf '# mine\nusiw0 netdev lo\nusiw1 lo\n' >"$WORK/broken/user/links"
+printf 'usiw0 netdev lo\nusiw0 netdev lo\n' >"$WORK/dupe/system/links"
+
+chmod -R a+rX "$WORK/default" "$WORK/two" "$WORK/missing" "$WORK/broken" "$WORK/dupe"
 
 if [[ $(id -u) -eq 0 ]]; then
     users=(self nobody)
@@ -297,6 +312,25 @@ for AS in "${users[@]}"; do
         ok "two links ($who): ibv_devinfo -d usiw1 shows only usiw1"
     else
         bad_capture "two links ($who): ibv_devinfo -d usiw1 shows only usiw1"
+    fi
+
+    # A broken links file, reported by each stock program with its file and
+    # line; no usiw device exists then.
+    # (rping through timeout: on a machine with a kernel RDMA device it would
+    # otherwise wait there for a client)
+    for tool in ibv_devices "ibv_devinfo -l" "timeout 10 rping -s -a 127.0.0.1 -p 1 -C 1"; do
+        # shellcheck disable=SC2086
+        VERBS_LOG_LEVEL=0 run_tool broken $tool
+        expect_stderr_line "broken links ($who): $tool" \
+            "usiw: no usiw devices: $WORK/broken/user/links:3: expected 'NAME netdev NETDEV', found 'usiw1 lo'"
+    done
+    run_tool dupe ibv_devices
+    expect_stderr_line "duplicate link ($who): ibv_devices" \
+        "usiw: no usiw devices: $WORK/dupe/system/links:2: link 'usiw0' is listed twice"
+    if ! grep -q usiw0 <<<"$OUT"; then
+        ok "duplicate link ($who): ibv_devices lists no usiw device"
+    else
+        bad_capture "duplicate link ($who): ibv_devices lists no usiw device"
     fi
 
     if [[ $have_missing -eq 1 ]]; then

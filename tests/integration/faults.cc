@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // faults: verified iWARP traffic that survives faults, and the checks of
 // what a survivor sees when its peer process dies, its process forks, or
 // the network misbehaves. Public libibverbs and librdmacm API only; run it

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # Process faults (tests/integration/faults.cc, Documentation/testing.md):
 # a peer process SIGKILLed in each connection-setup state and in the middle
 # of SEND, WRITE and READ streams, over rdma_cm and over QPs connected by

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # libfabric's verbs provider over usiw (Debian libfabric 1.17): fi_info lists
 # the usiw device for MSG and RDM (verbs;ofi_rxm) endpoints, and
 # fi_pingpong runs over a MSG endpoint and over RDM endpoints with message

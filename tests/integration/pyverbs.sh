@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # Runs rdma-core's own pyverbs tests (Debian's python3-pyverbs ships them
 # under /usr/share/doc/rdma-core/tests) against usiw0, through `usiw run`,
 # for the modules that apply to an iWARP RC device (MODULES below).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 """Runs named tests of rdma-core's pyverbs test suite and reports each one.
 
 Usage: /usr/bin/python3 pyverbs_run.py TESTS_DIR DEVICE [--survey | --list] TEST_ID...

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # qperf's RC tests over usiw with rdma_cm (-cm1), on loopback and between two
 # network namespaces joined by a veth pair. Each must exit 0 and report its
 # figure; qperf checks nothing of the bytes it moves (only its ver_rc_*

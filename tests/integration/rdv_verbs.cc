@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // rdv_verbs: QPs connected by ibv_modify_qp, as perftest and the pingpong
 // examples connect them (GID and QP number swapped over a TCP socket of the
 // program's own, then INIT -> RTR -> RTS), with every byte checked, and the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # QPs connected by ibv_modify_qp (the rendezvous, Documentation/cm.md), with
 # rdv_verbs (tests/integration/rdv_verbs.cc), which connects QPs as perftest
 # does and checks every byte, and provokes each failure. (Stock perftest

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # rsockets over usiw: librdmacm's rstream and riostream at several sizes
 # and in each I/O mode, every transfer verified (-T v), and an ordinary TCP
 # echo program (tcp_echo) under librspreload.so, every byte checked; on

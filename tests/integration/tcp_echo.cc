@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // An ordinary TCP echo server and byte-checking client, for running under
 // librspreload.so (rsockets over usiw): nothing here knows of RDMA. Plain
 // socket(AF_INET, SOCK_STREAM, 0) calls, which librspreload takes over

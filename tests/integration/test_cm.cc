@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // usiw's connection management through the public librdmacm API only: what
 // a stock rdma_cm program sees under `usiw run`. ctest runs this with the
 // provider preloaded (LD_PRELOAD) and the link configuration pointed at an

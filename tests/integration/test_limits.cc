@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Resource limits: a call that cannot get what it needs from the system
 // fails with the system's reason (an errno, or an event whose status is
 // that errno), never with another one and never by waiting for an event

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # Stock rdma-core and perftest programs moving data over usiw: rping,
 # ucmatose, rdma_server/rdma_client and ib_{send,write,read}_{bw,lat} -R
 # (rdma_cm); then, with QPs connected by ibv_modify_qp (the rendezvous,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # Tests the `usiw` command end to end: help, `usiw link` against links files
 # in a temporary directory (USIW_CONFIG_DIR and USIW_SYSTEM_CONFIG_DIR, so
 # the real /etc/usiw and ~/.config/usiw are never touched), and what
@@ -125,6 +126,13 @@ for text in "usiw link show" "usiw link add NAME netdev NETDEV" "usiw link delet
 done
 expect_stdout "--help shows the real files" "$USER_FILE"
 HELP=$OUT
+run_usiw --version
+expect_status "--version" 0
+expect_stdout "--version" '^usiw [0-9]+\.[0-9]+\.[0-9]+$'
+expect_stdout_lines "--version" 1
+VERSION_OUT=$OUT
+run_usiw -V
+if [[ $RC -eq 0 && $OUT == "$VERSION_OUT" ]]; then pass "usiw -V is --version"; else fail "usiw -V is --version"; fi
 for word in -h help; do
     run_usiw "$word"
     if [[ $RC -eq 0 && $OUT == "$HELP" ]]; then ok "usiw $word prints the help"; else bad_capture "usiw $word prints the help"; fi
@@ -349,10 +357,20 @@ if [[ $OUT == "a|b c|" ]]; then ok "run passes arguments unchanged"; else bad_ca
 run_usiw run sh -c 'exit 3'
 expect_status "run returns the command's status" 3
 
+# As env(1): 127 when CMD is not found, 126 when it cannot be executed.
 run_usiw run usiw-no-such-command
-expect_status "run of a missing command" 1
+expect_status "run of a missing command" 127
 expect_error_prefix "run of a missing command"
 expect_stderr "run of a missing command" "cannot run 'usiw-no-such-command'"
+run_usiw run "$WORK/no/such/path"
+expect_status "run of a missing path" 127
+printf '#!/bin/sh\nexit 0\n' >"$WORK/not-executable"
+chmod 644 "$WORK/not-executable"
+run_usiw run "$WORK/not-executable"
+expect_status "run of a file without execute permission" 126
+expect_stderr "run of a file without execute permission" "Permission denied"
+run_usiw run "$WORK"
+expect_status "run of a directory" 126
 
 USIW_PROVIDER_LIB=$WORK/none.so run_usiw run env
 expect_status "run with USIW_PROVIDER_LIB missing" 1

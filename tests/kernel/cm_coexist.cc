@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // cm_coexist: several verified RDMA connections in one process, through ONE
 // rdma_cm event channel, each on a device the caller names. Under `usiw
 // run` on a machine with kernel RDMA devices it shows that one process

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # One process under `usiw run` with rdma_cm connections on a kernel device
 # (siw0, the kernel's rdma_cm) and on a usiw device (usiw0, usiw's CM) at
 # once, in a qemu guest booted from Debian's 6.1 kernel

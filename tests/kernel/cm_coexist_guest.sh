@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # Runs INSIDE the qemu guest (scripts/qemu/guest.sh run): one process under
 # `usiw run` holds connections on a kernel RDMA device and on a usiw device
 # at once, through one rdma_cm event channel (Documentation/cm.md, "Kernel

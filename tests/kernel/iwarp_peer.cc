@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // iwarp_peer: one end of an iWARP connection that moves known byte patterns
 // and checks every byte on arrival. It uses only the public librdmacm and
 // libibverbs API, so the same binary runs over kernel siw (as is) and over

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # Network faults between two usiw processes in two network namespaces
 # joined by a veth pair, in a qemu guest booted from Debian's 6.1 kernel
 # (scripts/qemu/guest.sh; the guest half is netfaults_guest.sh): tc netem

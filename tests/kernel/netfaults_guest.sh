@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # Runs INSIDE the qemu guest (scripts/qemu/guest.sh run): network faults
 # between a `faults serve` (namespace na, va 10.9.0.1, device usiwa) and a
 # `faults traffic` client (namespace nb, vb 10.9.0.2, device usiwb), both

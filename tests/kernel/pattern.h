@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // What the kernel tests' verifying programs (iwarp_peer, cm_coexist) share:
 // dying with a message, and the byte patterns they move and check.
 #pragma once

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # usiw against the Linux kernel's siw, in a qemu guest booted from Debian's
 # 6.1 kernel (scripts/qemu/guest.sh). The guest part
 # (siw_interop_guest.sh) runs stock tools and iwarp_peer in both directions

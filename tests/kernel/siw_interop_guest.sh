@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # Runs INSIDE the qemu guest (scripts/qemu/guest.sh run): usiw against the
 # Linux kernel's siw, in both directions, over a veth pair.
 #

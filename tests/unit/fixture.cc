@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The unit tests' fixture (fixture.h).
 
 #include "fixture.h"

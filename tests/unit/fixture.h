@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The unit tests' fixture for a usiw device used through libibverbs, as an
 // application uses it (the provider preloaded): the device by name, hosts
 // (a context and a PD), MR-backed buffers with byte patterns and their

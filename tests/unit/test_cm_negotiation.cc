@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // MPA negotiation (cm/negotiation.h) under its knobs (host/settings.h): every rule
 // a responder and an initiator apply, including the cases two usiw ends in
 // one process cannot produce (a peer that disagrees on CRC, asks for

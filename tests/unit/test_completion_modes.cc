@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The two completion semantics of a SEND or RDMA WRITE at the requester
 // (USIW_COMPLETION, Documentation/verbs.md): transport, iWARP's, where it
 // completes once handed to TCP; acked, InfiniBand's, where it completes

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Many application threads on one QP and one CQ, and objects destroyed
 // while traffic flows: what rdma-core allows an application to do at once
 // (verbs calls on one QP or CQ from several threads; destroying a QP while

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // CRC32c (Castagnoli) as MPA uses it: RFC 3720 appendix B.4 test vectors,
 // incremental updates, reset, and the least-significant-byte-first wire order.
 #include <setjmp.h>

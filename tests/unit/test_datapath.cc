@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The datapath end to end, through the public libibverbs API: QPs of a
 // preloaded usiw device connected over loopback TCP with
 // usiw_qp_attach_socket (no MPA exchange), exchanging SEND, RDMA WRITE and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The core's device list (verbs/device_registry.h), in a binary that links
 // the whole of usiw_core and nothing of the shared library's glue: the core
 // must link complete on its own (no symbol only the glue defines), and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The progress engine thread's choice of scheduling policy
 // (datapath/engine_scheduling.h): when it leaves SCHED_BATCH, for how long,
 // and what does not count; and when a poller waits for the progress lock. test_datapath's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // rdma_cm event channels (cm/event_channel.h): a channel destroyed while a
 // thread waits in rdma_get_cm_event. The kernel's channel leaves such a
 // thread blocked; usiw's must too, and must neither fail it with EBADF nor

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // FPDU framing (wire/fpdu.h): pad and size arithmetic, the zero-copy
 // transmit framer, the message segmenter, and the receive Deframer fed the
 // byte stream in every chunking, with and without CRC, with and without

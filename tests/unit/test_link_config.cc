@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Unit tests for host/link_config.h: the links files `usiw link` edits.
 //
 // Every test gets a fresh temporary directory and points USIW_CONFIG_DIR and

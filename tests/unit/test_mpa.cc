@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Unit tests for the MPA connection setup frames (wire/mpa.h).
 //
 // The golden vectors below are written out by hand from the frame layout of

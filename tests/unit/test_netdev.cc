@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Unit tests for host/netdev.h: reading netdevs through libnl, the GUID and
 // GID derivations, and the change monitor.
 //

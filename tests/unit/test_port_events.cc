@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Port events of a usiw device: its port follows its netdev, and a change
 // reaches every open context as an async event (IBV_EVENT_PORT_ERR,
 // IBV_EVENT_PORT_ACTIVE, IBV_EVENT_GID_CHANGE), through libibverbs with the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The RC state machine of verbs/qp_transitions.h against the kernel's
 // ib_modify_qp_is_ok (Linux 6.1, qp_state_table for IB_QPT_RC): the masks
 // stock programs use pass, a missing required or an extra attribute fails,

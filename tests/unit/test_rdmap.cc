@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // DDP (RFC 5041) and RDMAP (RFC 5040, RFC 7306) headers: golden byte vectors,
 // the opcode table, random round trips, every stateless fault class with its
 // exact Terminate cause, the Terminate control word in both layouts (Linux

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The rendezvous' decisions (cm/rendezvous_rules.h): which end connects,
 // the private data on the wire byte by byte, the waits derived from
 // timeout and retry_cnt, how a responder judges a request (parking, crossed

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Scale: 1024 connected QP pairs in one process, traffic on every QP with
 // byte verification, and the memory an idle connected QP costs (RSS).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The settings registry (host/settings.h): the values each setting takes,
 // its default when unset, empty or wrong, the one report of a wrong value,
 // the per-device MPA knobs, and that the registry lists what `usiw --help`
@@ -61,6 +62,7 @@ void test_registry_lists_every_setting(void**) {
         "USIW_PEER_TIMEOUT_MS",
         "USIW_DEBUG",
         "VERBS_LOG_LEVEL",
+        "VERBS_LOG_FILE",
         "USIW_MPA_REVISION",
         "USIW_MPA_CRC_REQUIRED",
         "USIW_MPA_CRC_STRICT",

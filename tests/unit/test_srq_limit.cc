@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The SRQ limit event (IBV_EVENT_SRQ_LIMIT_REACHED). Until the datapath
 // exists nothing consumes SRQ WQEs but the datapath's own entry point,
 // usiw::srq_take, so this test calls it directly.

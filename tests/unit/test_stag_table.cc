@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The STag table's keys (mem/stag_table.h): what a peer that has seen
 // STags (its own, exchanged with it; every earlier one of a slot) can
 // learn about the next. Statistics cannot prove a generator unpredictable

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Every verb of a usiw device, through the public libibverbs API only: what
 // an application sees when libusiw-rdmav34.so is preloaded. ctest runs this
 // with LD_PRELOAD set to the provider and the link configuration pointed at

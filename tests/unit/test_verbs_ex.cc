@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The extended verbs of a usiw device, through the public libibverbs API:
 // ibv_create_qp_ex with the ibv_wr_* calls, ibv_create_cq_ex with
 // ibv_start_poll and the ibv_wc_read_* accessors, ibv_query_device_ex,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Founding technique 3: zero-copy transmit with send-state completion.
 //
 // A usiw QP sends to a plain TCP peer that does not read. With zero copy

@@ -1,10 +1,12 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // usiw: the command-line face of usiw. `usiw link` manages the usiw devices
 // (the userspace counterpart of `rdma link add NAME type siw netdev DEV`,
 // and with --kernel that very command for the usiw kernel shim), `usiw run`
 // starts a stock program with the usiw provider loaded.
 //
-// Exit status: 0 success, 1 runtime failure, 2 usage error. Messages go to
-// stderr, prefixed "usiw: ".
+// Exit status: 0 success, 1 runtime failure, 2 usage error; `usiw run`:
+// CMD's status, or 127 / 126 when CMD is not found / cannot be run (as
+// env(1)). Messages go to stderr, prefixed "usiw: ".
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,9 +28,13 @@
 #include "host/rdma_links.h"
 #include "host/settings.h"
 
-#ifndef USIW_INSTALLED_PROVIDER
+#ifndef USIW_VERSION
+#error "USIW_VERSION (the project version) must be defined by the build"
+#endif
+#if !defined(USIW_INSTALLED_PROVIDER) || !defined(USIW_PROVIDER_FROM_BINDIR)
 #error \
-    "USIW_INSTALLED_PROVIDER (the installed provider library's path) must be defined by the build"
+    "USIW_INSTALLED_PROVIDER and USIW_PROVIDER_FROM_BINDIR (where the provider library is \
+installed, absolute and relative to the installed usiw) must be defined by the build"
 #endif
 
 namespace {
@@ -48,6 +54,9 @@ using usiw::StatField;
 constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
+// `usiw run`, as env(1): CMD exists but cannot be executed / CMD not found.
+constexpr int kExitCannotRun = 126;
+constexpr int kExitNotFound = 127;
 
 constexpr char kProviderFileName[] = "libusiw-rdmav34.so";
 
@@ -67,6 +76,47 @@ bool is_help_word(std::string_view word) {
     return word == "--help" || word == "-h" || word == "help";
 }
 
+bool is_json_flag(std::string_view word) {
+    return word == "-j" || word == "--json";
+}
+
+// Removes every -j / --json from `args`; true if there was one.
+bool take_json_flag(Args* args) {
+    const auto end = std::remove_if(args->begin(), args->end(),
+                                    [](const std::string& a) { return is_json_flag(a); });
+    const bool found = end != args->end();
+    args->erase(end, args->end());
+    return found;
+}
+
+// `text` as a JSON string literal.
+std::string json_string(std::string_view text) {
+    std::string out = "\"";
+    for (const char c : text) {
+        if (c == '"' || c == '\\') {
+            out += '\\';
+            out += c;
+        } else if (static_cast<unsigned char>(c) < 0x20) {
+            char escaped[8];
+            std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned char>(c));
+            out += escaped;
+        } else {
+            out += c;
+        }
+    }
+    return out + "\"";
+}
+
+// Prints JSON objects, given as their members' text, as one array on one
+// line: the form of `rdma -j`.
+void print_json_array(const std::vector<std::string>& objects) {
+    std::string line = "[";
+    for (size_t i = 0; i < objects.size(); ++i) {
+        line += (i == 0 ? "{" : ",{") + objects[i] + "}";
+    }
+    std::printf("%s]\n", line.c_str());
+}
+
 bool running_as_root() {
     return geteuid() == 0;
 }
@@ -79,13 +129,13 @@ std::string executable_directory() {
     return ec ? std::string() : self.parent_path().string();
 }
 
-// The provider next to this executable: build/bin/usiw -> build/lib/.
-std::string build_tree_provider() {
+// `relative` from this executable's directory, or "" if that is unknown.
+std::string beside_executable(const std::filesystem::path& relative) {
     const std::string dir = executable_directory();
     if (dir.empty()) {
         return "";
     }
-    return (std::filesystem::path(dir) / ".." / "lib" / kProviderFileName).lexically_normal();
+    return (std::filesystem::path(dir) / relative).lexically_normal();
 }
 
 bool is_file(const std::string& path) {
@@ -106,10 +156,16 @@ ProviderSearch find_provider() {
         search.from_environment = true;
         search.looked_at.push_back(*chosen);
     } else {
-        if (std::string build_tree = build_tree_provider(); !build_tree.empty()) {
-            search.looked_at.push_back(build_tree);
+        // build/bin/usiw -> build/lib/; then an installation under any
+        // prefix (cmake --install --prefix), then the configured prefix.
+        for (const std::string& candidate :
+             {beside_executable(std::filesystem::path("..") / "lib" / kProviderFileName),
+              beside_executable(USIW_PROVIDER_FROM_BINDIR), std::string(USIW_INSTALLED_PROVIDER)}) {
+            if (!candidate.empty() && std::find(search.looked_at.begin(), search.looked_at.end(),
+                                                candidate) == search.looked_at.end()) {
+                search.looked_at.push_back(candidate);
+            }
         }
-        search.looked_at.push_back(USIW_INSTALLED_PROVIDER);
     }
     for (const std::string& candidate : search.looked_at) {
         if (is_file(candidate)) {
@@ -194,16 +250,18 @@ ibv_srq_pingpong -g GID_INDEX. For those, usiw listens on TCP port 4791
 (USIW_RDV_PORT) and opens a standard iWARP stream to the peer.
 
 Usage:
-  usiw link show [NAME]
+  usiw link show [NAME] [-j | --json]
   usiw link add NAME netdev NETDEV [--user | --system | --kernel]
   usiw link delete NAME [--user | --system | --kernel]   (alias: del)
   usiw run CMD [ARGS...]
-  usiw stat [show | reset] [NAME]
+  usiw stat [show] [NAME] [-j | --json]
+  usiw stat reset [NAME]
   usiw stat --describe
   usiw help | --help | -h
+  usiw --version | -V
 
 Commands:
-  link show [NAME]    (also plain `usiw link`)
+  link show [NAME] [-j | --json]    (also plain `usiw link`)
       Lists the usiw devices in the form of `rdma link show`:
         link usiw0/1 state ACTIVE physical_state LINK_UP netdev lo (default)
       Each device has one port, /1. The port is ACTIVE (LINK_UP) while its
@@ -212,8 +270,14 @@ Commands:
       says where the link is configured: "source system", "source user" or
       "(default)". Links of the usiw kernel shim follow, as the kernel
       reports them, marked "kernel shim".
+      With -j, one JSON array in the shape of `rdma -j link`:
+        [{"ifindex":0,"ifname":"usiw0","port":1,"state":"ACTIVE",
+          "physical_state":"LINK_UP","netdev":"lo","netdev_index":1,
+          "source":"default","overrides_system":false}]
+      (ifindex: the device's place among the usiw devices, from 0;
+      netdev_index only while the netdev exists).
 
-  link add NAME netdev NETDEV [--user | --system]
+  link add NAME netdev NETDEV [--user | --system | --kernel]
       Adds the device NAME, bound to NETDEV. NAME is 1 to 63 letters, digits,
       '_' or '-', starts with a letter and does not contain "rxe" (libibverbs
       hands such names to its rxe provider). NETDEV must exist. The link is
@@ -239,11 +303,13 @@ Commands:
       PROVIDER is the first of these that exists:
         $USIW_PROVIDER_LIB (if set, nothing else is tried)
         DIR/../lib/%s (a build tree; DIR holds this usiw)
+        DIR/%s (installed with this usiw)
         %s (installed)
       Here, now: PROVIDER = %s
       By hand, the same is:
         LD_PRELOAD=%s USIW_RUN=1 CMD [ARGS...]
-      Set-user-ID programs ignore LD_PRELOAD.
+      Set-user-ID programs ignore LD_PRELOAD. As env(1) does, `usiw run`
+      exits 127 when CMD is not found and 126 when it cannot be executed.
       rdma_cm (librdmacm) calls: an id whose address is a usiw device's, the
       wildcard or loopback is served by usiw in user space; an id whose
       address belongs to a kernel RDMA device (siw, rxe, hardware) and to no
@@ -251,13 +317,22 @@ Commands:
       through one event channel. A listener on the wildcard address hears
       usiw devices only: bind a kernel device's address to listen there.
 
-  stat [show] [NAME]  (also `usiw statistic`)
+  stat [show] [NAME] [-j | --json]    (also `usiw statistic`)
       Prints each device's datapath counters in the form of `rdma
       statistic show`: link usiw0/1 tx_bytes N tx_fpdus N ... They count
       for all of your processes together since the first one opened the
       device after boot (shared memory /dev/shm/usiw.UID.NAME.vN); a device no
-      process has opened shows zeroes. `usiw stat --describe` explains each
-      counter; `usiw stat reset [NAME]` sets them to zero.
+      process has opened shows zeroes. With -j, one JSON array in the shape
+      of `rdma -j statistic`: [{"ifname":"usiw0","port":1,"tx_bytes":N,...}].
+
+  stat reset [NAME]
+      Sets the counters of NAME (or of every device) to zero.
+
+  stat --describe    (also -v)
+      Explains each counter.
+
+  --version, -V
+      Prints "usiw VERSION"; the devices' fw_ver is the same VERSION.
 
 Devices:
   The usiw devices are the links of the system file, then those of the user
@@ -286,9 +361,10 @@ Examples:
   usiw link delete usiw1
 
 Exit status: 0 success, 1 failure, 2 usage error; `usiw run` exits with
-CMD's status once CMD has started.
+CMD's status once CMD has started, 127 if CMD is not found, 126 if it
+cannot be executed.
 )HELP",
-        kProviderFileName, USIW_INSTALLED_PROVIDER, provider_now.c_str(),
+        kProviderFileName, USIW_PROVIDER_FROM_BINDIR, USIW_INSTALLED_PROVIDER, provider_now.c_str(),
         provider.found ? provider.found->c_str() : "PROVIDER",
         usiw::config_path(ConfigScope::kSystem).c_str(),
         usiw::config_path(ConfigScope::kUser).c_str());
@@ -526,38 +602,41 @@ int link_delete(const Args& args) {
     return kExitOk;
 }
 
-std::string source_note(const EffectiveLink& link) {
-    switch (link.source) {
+// "default", "system" or "user": JSON's "source".
+const char* source_name(LinkSource source) {
+    switch (source) {
         case LinkSource::kDefault:
-            return "(default)";
+            return "default";
         case LinkSource::kSystem:
-            return "source system";
+            return "system";
         case LinkSource::kUser:
-            return link.overrides_system ? "source user (overrides system)" : "source user";
+            return "user";
     }
     return "";
 }
 
-// One line in the shape of `rdma link show`.
-std::string describe_link(const EffectiveLink& link, const std::set<std::string>& netdevs,
-                          const std::vector<RdmaLink>& shim) {
-    std::optional<usiw::NetdevInfo> netdev;
-    if (netdevs.count(link.spec.netdev) != 0) {
-        netdev = usiw::query_netdev(link.spec.netdev, nullptr);  // nullopt if it just vanished
+// The end of a `link show` line: "(default)", "source system", "source
+// user" or "source user (overrides system)".
+std::string source_note(const EffectiveLink& link) {
+    if (link.source == LinkSource::kDefault) {
+        return "(default)";
     }
-    const bool active = netdev && netdev->port_active();
-    std::string shadow;
-    for (const RdmaLink& s : shim) {
-        if (s.name == link.spec.name || (!s.netdev.empty() && s.netdev == link.spec.netdev)) {
-            shadow = " (not listed: kernel shim link " + s.name + " serves it)";
-            break;
-        }
-    }
-    return "link " + link.spec.name + "/1 state " + (active ? "ACTIVE" : "DOWN") +
-           " physical_state " + (active ? "LINK_UP" : "DISABLED") + " netdev " + link.spec.netdev +
-           (netdev ? "" : " (missing)") + " " + source_note(link) + shadow;
+    return std::string("source ") + source_name(link.source) +
+           (link.overrides_system ? " (overrides system)" : "");
 }
 
+// " (not listed: kernel shim link NAME serves it)" when a shim device has
+// the link's name or netdev: the provider leaves such a link out.
+std::string shadow_note(const EffectiveLink& link, const std::vector<RdmaLink>& shim) {
+    for (const RdmaLink& s : shim) {
+        if (s.name == link.spec.name || (!s.netdev.empty() && s.netdev == link.spec.netdev)) {
+            return " (not listed: kernel shim link " + s.name + " serves it)";
+        }
+    }
+    return "";
+}
+
+// A kernel shim link, as the kernel reports it.
 std::string describe_shim_link(const RdmaLink& link) {
     return "link " + link.name + "/" + std::to_string(link.port) + " state " +
            usiw::rdma_port_state_name(link.state) + " physical_state " +
@@ -566,7 +645,48 @@ std::string describe_shim_link(const RdmaLink& link) {
            " kernel shim";
 }
 
-int link_show(const Args& args) {
+// A kernel shim link's object for -j, in the shape of `rdma -j link show`.
+std::string describe_shim_link_json(const RdmaLink& link) {
+    return "\"ifname\":" + json_string(link.name) + ",\"port\":" + std::to_string(link.port) +
+           ",\"state\":" + json_string(usiw::rdma_port_state_name(link.state)) +
+           ",\"physical_state\":" + json_string(usiw::rdma_phys_state_name(link.phys_state)) +
+           ",\"netdev\":" + json_string(link.netdev) + ",\"source\":\"kernel shim\"";
+}
+
+// What `link show` says about one link, as text or JSON.
+struct LinkState {
+    const EffectiveLink* link;
+    int index;                               // its place among the usiw devices, from 0
+    std::optional<usiw::NetdevInfo> netdev;  // nullopt: no netdev of that name
+    bool active() const { return netdev && netdev->port_active(); }
+    const char* state() const { return active() ? "ACTIVE" : "DOWN"; }
+    const char* physical_state() const { return active() ? "LINK_UP" : "DISABLED"; }
+};
+
+// One line in the shape of `rdma link show`.
+std::string describe_link(const LinkState& s) {
+    return "link " + s.link->spec.name + "/1 state " + s.state() + " physical_state " +
+           s.physical_state() + " netdev " + s.link->spec.netdev + (s.netdev ? "" : " (missing)") +
+           " " + source_note(*s.link);
+}
+
+// One object's members in the shape of `rdma -j link show`, plus where the
+// link is configured.
+std::string describe_link_json(const LinkState& s) {
+    std::string members = "\"ifindex\":" + std::to_string(s.index) +
+                          ",\"ifname\":" + json_string(s.link->spec.name) +
+                          ",\"port\":1,\"state\":" + json_string(s.state()) +
+                          ",\"physical_state\":" + json_string(s.physical_state()) +
+                          ",\"netdev\":" + json_string(s.link->spec.netdev);
+    if (s.netdev) {
+        members += ",\"netdev_index\":" + std::to_string(s.netdev->ifindex);
+    }
+    return members + ",\"source\":" + json_string(source_name(s.link->source)) +
+           ",\"overrides_system\":" + (s.link->overrides_system ? "true" : "false");
+}
+
+int link_show(Args args) {
+    const bool json = take_json_flag(&args);
     int exit_code = kExitOk;
     const std::optional<LinkArgs> parsed = parse_link_args(args, false, &exit_code);
     if (!parsed) {
@@ -589,28 +709,47 @@ int link_show(const Args& args) {
     if (!error.empty()) {
         std::fprintf(stderr, "usiw: kernel shim links unknown: %s\n", error.c_str());
     }
+    std::vector<std::string> objects;
     bool shown = false;
-    for (const EffectiveLink& link : links) {
-        if (parsed->words.empty() || parsed->words[0] == link.spec.name) {
-            std::printf("%s\n", describe_link(link, netdevs, shim).c_str());
-            shown = true;
+    for (size_t i = 0; i < links.size(); ++i) {
+        const EffectiveLink& link = links[i];
+        if (!parsed->words.empty() && parsed->words[0] != link.spec.name) {
+            continue;
+        }
+        LinkState state{&link, static_cast<int>(i), std::nullopt};
+        if (netdevs.count(link.spec.netdev) != 0) {
+            state.netdev = usiw::query_netdev(link.spec.netdev, nullptr);  // nullopt if just gone
+        }
+        shown = true;
+        if (json) {
+            objects.push_back(describe_link_json(state));
+        } else {
+            std::printf("%s%s\n", describe_link(state).c_str(), shadow_note(link, shim).c_str());
         }
     }
     for (const RdmaLink& link : shim) {
-        if (parsed->words.empty() || parsed->words[0] == link.name) {
+        if (!parsed->words.empty() && parsed->words[0] != link.name) {
+            continue;
+        }
+        shown = true;
+        if (json) {
+            objects.push_back(describe_shim_link_json(link));
+        } else {
             std::printf("%s\n", describe_shim_link(link).c_str());
-            shown = true;
         }
     }
-    if (!shown) {
+    if (!shown && !parsed->words.empty()) {
         return fail("no link named '" + parsed->words[0] + "' (see 'usiw link show')");
+    }
+    if (json) {
+        print_json_array(objects);
     }
     return kExitOk;
 }
 
 int link_command(const Args& args) {
-    if (args.empty()) {
-        return link_show({});
+    if (args.empty() || is_json_flag(args[0])) {
+        return link_show(args);  // `usiw link`, `usiw link -j`
     }
     const std::string& verb = args[0];
     const Args rest(args.begin() + 1, args.end());
@@ -700,15 +839,20 @@ int run_command(Args args) {
     argv.push_back(nullptr);
     std::fflush(nullptr);
     execvp(argv[0], argv.data());
-    return fail("cannot run '" + args[0] + "': " + std::strerror(errno));
+    const int error = errno;
+    fail("cannot run '" + args[0] + "': " + std::strerror(error));
+    return error == ENOENT ? kExitNotFound : kExitCannotRun;
 }
 
 // --- usiw stat ---
 
 // Prints the counters of each link in the shape of `rdma statistic show`:
 //   link usiw0/1 tx_bytes 0 tx_fpdus 0 ...
+// or, with -j, of `rdma -j statistic show`:
+//   [{"ifname":"usiw0","port":1,"tx_bytes":0,"tx_fpdus":0,...}]
 int stat_command(const Args& args) {
     Args words = args;
+    const bool json = take_json_flag(&words);
     bool reset = false;
     bool describe = false;
     if (!words.empty() && (words[0] == "show" || words[0] == "list"))
@@ -721,8 +865,10 @@ int stat_command(const Args& args) {
         describe = true;
         words.erase(words.begin());
     }
-    if (words.size() > 1)
-        return usage_error("usage: usiw stat [show | reset] [NAME]");
+    if (words.size() > 1 || (words.size() == 1 && words[0].starts_with("-")))
+        return usage_error("usage: usiw stat [show | reset] [NAME] [-j]");
+    if (json && (reset || describe))
+        return usage_error("-j is for `usiw stat show`");
     if (describe) {
         for (const StatField& f : stat_fields())
             std::printf("%-22s %s\n", f.name, f.meaning);
@@ -739,6 +885,7 @@ int stat_command(const Args& args) {
         if (std::find(names.begin(), names.end(), link.name) == names.end())
             names.push_back(link.name);
     bool shown = false;
+    std::vector<std::string> objects;
     for (const std::string& name : names) {
         if (!words.empty() && words[0] != name)
             continue;
@@ -751,25 +898,49 @@ int stat_command(const Args& args) {
             reset_device_stats(stats);
             continue;
         }
-        std::printf("link %s/1", name.c_str());
-        for (const StatField& f : stat_fields())
-            std::printf(" %s %llu", f.name,
-                        stats ? static_cast<unsigned long long>((stats->*f.counter).load()) : 0ull);
-        std::printf("\n");
+        std::string text = "link " + name + "/1";
+        std::string members = "\"ifname\":" + json_string(name) + ",\"port\":1";
+        for (const StatField& f : stat_fields()) {
+            const std::string value = std::to_string(stats ? (stats->*f.counter).load() : 0);
+            text += std::string(" ") + f.name + " " + value;
+            members += ",\"" + std::string(f.name) + "\":" + value;
+        }
+        if (json)
+            objects.push_back(members);
+        else
+            std::printf("%s\n", text.c_str());
     }
     if (!shown)
         return fail("no link named '" + words[0] + "' (see 'usiw link show')");
+    if (json)
+        print_json_array(objects);
     return kExitOk;
 }
 
-int dispatch(const Args& args) {
+int dispatch(Args args) {
+    // A leading -j, as in `rdma -j link`, applies to `link show` and `stat`.
+    bool json = false;
+    if (!args.empty() && is_json_flag(args[0])) {
+        json = true;
+        args.erase(args.begin());
+    }
     if (args.empty()) {
         return usage_error("missing command (link, stat or run)");
     }
     const std::string& command = args[0];
-    const Args rest(args.begin() + 1, args.end());
+    Args rest(args.begin() + 1, args.end());
+    if (json) {
+        if (command != "link" && command != "stat" && command != "statistic") {
+            return usage_error("-j is for `usiw link show` and `usiw stat`");
+        }
+        rest.push_back("-j");
+    }
     if (is_help_word(command)) {
         print_help();
+        return kExitOk;
+    }
+    if (command == "--version" || command == "-V") {
+        std::printf("usiw %s\n", USIW_VERSION);
         return kExitOk;
     }
     if (command == "link") {

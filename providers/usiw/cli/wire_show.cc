@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // usiw-wire-show: frames one of each kind of iWARP message with the wire
 // layer, feeds the resulting byte stream back through the receive deframer
 // in small pieces, and prints what was sent and what was decoded. A

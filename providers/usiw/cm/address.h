@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Addresses and devices: IPv4/IPv6 socket addresses, which usiw device
 // serves a local address, the source address the kernel would pick for a
 // destination, and the one ibv_context per usiw device that every rdma_cm id

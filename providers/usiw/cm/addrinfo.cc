@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // rdma_getaddrinfo / rdma_freeaddrinfo and rdma_get_devices /
 // rdma_free_devices without the kernel: names through getaddrinfo(3), as
 // librdmacm does for IP addresses (IB service resolution has no meaning

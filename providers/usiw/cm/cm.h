@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Connection management for usiw devices in user space: librdmacm's API,
 // answered without the kernel's rdma_cm. glue/rdmacm_interpose.cc exports
 // it under librdmacm's symbol versions; the semantics follow librdmacm 44

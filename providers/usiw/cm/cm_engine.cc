@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Threading model of connection management.
 //
 // Threads. The application calls rdma_* on any threads. One engine thread

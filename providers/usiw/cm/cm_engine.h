@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The CM engine: the thread that moves connection management forward while
 // the application is elsewhere: non-blocking TCP connects, accepts, MPA
 // frames in and out, timeouts, and the datapath's word that a stream ended.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // usiw's own rdma_cm ids (user_id_ops, id_ops.h; the table is at the end):
 // bind, resolve, listen, connect, accept, reject, disconnect, and the id's
 // options. Each op validates the id's state under the CM lock and hands the

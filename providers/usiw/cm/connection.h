@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // One TCP connection of connection management, from connect() or accept()
 // until the datapath's stream on it ends: the MPA exchange (RFC 5044 /
 // RFC 6581) in both roles, its timers, the hand-over to the QP with

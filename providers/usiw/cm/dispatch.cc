@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // librdmacm's API on ids and event channels (cm.h), and the one dispatch
 // between the two kinds of id (id_ops.h): usiw's own and kernel-backed.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // librdmacm's verbs helpers on usiw's own ids: QPs (with the CQs and
 // completion channels it makes when the caller gives none, cq_context = the
 // id) and the attributes the CM gives them, SRQs, and rdma_get_request,

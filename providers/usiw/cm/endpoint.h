@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The QP side of usiw's own ids (endpoint.cc): the ops of user_id_ops
 // (id_ops.h) that create and destroy their QPs and SRQs, the QP attributes
 // the CM gives, and rdma_get_request. connect.cc holds the rest of the

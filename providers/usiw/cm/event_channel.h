@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Event channels and events, as librdmacm hands them out.
 //
 // The channel's fd is an eventfd in semaphore mode: one count per queued

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // rdma_cm ids: the registry of live ids, and the helpers on ids and their
 // events that the other CM files share.
 #include "cm/id.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // An rdma_cm_id as usiw keeps it: the public struct rdma_cm_id (first, so
 // the application's pointer converts both ways) and the connection
 // manager's state for it.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // What an rdma_cm id does for each call, by its kind. Two kinds:
 //
 //  - usiw's own ids (user_id_ops, connect.cc and endpoint.cc): served here in

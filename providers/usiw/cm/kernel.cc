@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Kernel-backed rdma_cm ids: the decision, the forwarders, the translation
 // of the real librdmacm's events. See kernel.h.
 #include "cm/kernel.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Kernel rdma_cm ids beside usiw's, in one process.
 //
 // With usiw devices present the glue sends every rdma_* call to usiw's CM.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // What stock librdmacm 44's own code reads of an id beyond the public
 // struct rdma_cm_id.
 //

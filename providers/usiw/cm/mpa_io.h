@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // MPA frames on a non-blocking socket: reading exactly one frame (never a
 // byte past its end: what follows belongs to the stream) and writing a
 // buffer across short writes. The I/O half of an MPA exchange; what the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // MPA negotiation (RFC 5044 section 7, RFC 6581): what a request offers,
 // how a responder answers it, and what the initiator makes of the reply.
 // Pure decisions over wire::MpaFrame values; connection.cc does the I/O.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The real librdmacm: the library the program itself loaded, beside usiw's
 // answers to its API. Each entry point is found once, with
 // dlvsym(RTLD_NEXT, name, version), under the version stock librdmacm 44

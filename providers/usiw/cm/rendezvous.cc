@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The QPs' side of the rendezvous: what each QP of this process connected by
 // ibv_modify_qp is doing (waiting, connecting, connected, failed), the
 // initiator's connect and MPA request, the responder's judgment of a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Connection management's rendezvous: it gives a stream to each QP whose
 // application names the peer as on InfiniBand or RoCE (ibv_modify_qp to
 // RTR with an address vector and the peer's QP number). The lower of the

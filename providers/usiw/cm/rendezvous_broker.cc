@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The rendezvous' listener shared by a host's processes: the broker, its
 // members, and the routing of each connection by the QP number its MPA
 // request names. See rendezvous_broker.h for the roles and the locks.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The rendezvous' listener, shared by the processes of a host, and what
 // rendezvous.cc and rendezvous_broker.cc share (Documentation/cm.md, "Port,
 // listener and the processes of a host").

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The decisions of the rendezvous that connects QPs moved to RTR with an
 // address vector (Documentation/cm.md, "QPs connected by ibv_modify_qp"):
 // which end connects, the private data the MPA frames carry, how long each

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The named states of connection management, and the one place that says
 // which transitions exist. Two machines:
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // An owned file descriptor: closed when the owner goes, handed on with
 // release().
 #pragma once

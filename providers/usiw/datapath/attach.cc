@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // A stream's life on its QP: attachment (connection management hands over
 // a connected socket), orderly disconnect, and what the verbs layer does to
 // it when the application moves the QP to ERR or RESET or destroys it. How

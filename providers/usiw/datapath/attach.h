@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // A connected stream on a QP: how connection management attaches one and
 // hears of its end, and what the verbs layer's QP state changes do to it.
 //

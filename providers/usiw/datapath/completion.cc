@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The completion home: ibv_wc built in two places, CQ entries and channel
 // events, in-order delivery of work in flight, flushing, the QP's error
 // state and asynchronous events (completion.h says who calls what).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // What the application is told, and where it is told from (Linux siw keeps
 // this in siw_qp.c): work completions, their CQ entries and channel
 // events, flushing, the QP's error state, and asynchronous events.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The functions the datapath's files share, by role (as siw.h lists
 // siw's), and the one post_send calls. What the layers above call lives in
 // attach.h (connection management; the verbs layer's QP state changes) and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // How the progress engine's thread asks to be scheduled.
 //
 // Bulk input into a target that sleeps (a stream of RDMA WRITEs, say)

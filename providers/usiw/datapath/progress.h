@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The progress engine: the work of every attached stream's socket, in one
 // epoll set per process: receiving (and so serving RDMA Write and Read
 // requests) and resuming transmission when a full socket has room again.

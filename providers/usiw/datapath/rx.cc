@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The receive path: the TCP byte stream is deframed into DDP segments,
 // each checked against the connection's state and the STag table before a
 // single byte is placed, then placed by tagged offset (Write, Read

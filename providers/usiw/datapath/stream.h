@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The state of one connected iWARP stream (one QP's TCP connection): what
 // the transmit path (tx.cc) and the receive path (rx.cc) keep between calls.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The end of a stream: on a failure or an orderly disconnect found by the
 // transmit or receive path (stream_fail), or when the verbs layer ends it
 // (attach.cc). The socket is shut down, the QP enters ERR with everything

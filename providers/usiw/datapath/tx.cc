@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The transmit path: send-queue work requests, Read Responses and TERMINATE
 // become FPDUs (segmented and framed by wire/), batched into one sendmsg()
 // each, straight from the application's registered memory (the iovec

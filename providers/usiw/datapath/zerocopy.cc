@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Zero-copy transmit with send-state completion (founding technique 3).
 //
 // Large batches go to the kernel with MSG_ZEROCOPY: TCP transmits straight

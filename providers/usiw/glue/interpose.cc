@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Entry points of libibverbs that stock rdma-core answers from the kernel
 // (sysfs, ioctls on the command fd) and so cannot answer for a kernel-less
 // usiw device. (A device of the usiw kernel shim is a kernel device: these

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The provider as rdma-core sees it: the driver registered with libibverbs'
 // own loader, and how the usiw devices are found (verbs/device_registry.h
 // keeps them; the core does not know which way a device was found).
@@ -115,7 +116,7 @@ void discover_devices() {
     std::string error;
     const std::vector<LinkSpec> links = effective_links(&error);
     if (!error.empty())
-        log_error("no usiw devices: %s", error.c_str());
+        report_config_error("no usiw devices: %s", error.c_str());
     std::string netlink_error;
     const std::vector<RdmaLink> kernel_links = kernel_rdma_links(&netlink_error);
     std::vector<Device*> devices;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // librdmacm's entry points, answered in user space for usiw devices.
 //
 // Stock librdmacm does everything through the kernel's rdma_cm

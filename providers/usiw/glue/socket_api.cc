@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // A small C API of usiw's own, for tests and tools that set up the TCP
 // stream themselves: binds a connected socket, on which no MPA exchange
 // takes place, to a usiw QP and moves the QP to RTS. Both ends must attach

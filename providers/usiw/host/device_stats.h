@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Datapath counters of a usiw device, shared by every process of the user
 // that opens it: a small shared-memory segment per device
 // (/dev/shm/usiw.<uid>.<device>.v<version>), whose counters each process adds to

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The usiw link configuration: which usiw devices exist and the netdev each
 // is bound to, the userspace counterpart of `rdma link add NAME type siw
 // netdev DEV`. `usiw link` edits it; the provider reads it to list devices.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The network devices a usiw link is bound to, as the kernel reports them
 // through rtnetlink (read with libnl-route-3). A usiw port mirrors its
 // netdev: ACTIVE only while the netdev is up, its MTU, its addresses as the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // QP numbers unique among all of a user's usiw processes on this host.
 //
 // A QP connected by ibv_modify_qp is found by its number alone when a

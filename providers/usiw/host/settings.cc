@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #include "host/settings.h"
 
 #include <cerrno>
@@ -53,6 +54,10 @@ constexpr Setting kAll[] = {
      Scope::kProvider},
     {"VERBS_LOG_LEVEL", "0..4 (rdma-core's own)", "0",
      "diagnostics on stderr: 1 to 3 errors, 4 also debug lines; silent by default",
+     Scope::kProvider},
+    {"VERBS_LOG_FILE", "a file (rdma-core's own)", "unset",
+     "append the diagnostics to this file instead (when VERBS_LOG_LEVEL or USIW_DEBUG turns "
+     "them on); a broken links file is reported on stderr as well",
      Scope::kProvider},
     // --- the provider, per device ---
     {"USIW_MPA_REVISION", "2 | 1", "2",
@@ -125,6 +130,7 @@ constexpr const Setting& kEngineLate = entry("USIW_ENGINE_LATE_US");
 constexpr const Setting& kPeerTimeout = entry("USIW_PEER_TIMEOUT_MS");
 constexpr const Setting& kDebug = entry("USIW_DEBUG");
 constexpr const Setting& kVerbsLogLevel = entry("VERBS_LOG_LEVEL");
+constexpr const Setting& kVerbsLogFile = entry("VERBS_LOG_FILE");
 constexpr const Setting& kMpaRevision = entry("USIW_MPA_REVISION");
 constexpr const Setting& kMpaCrcRequired = entry("USIW_MPA_CRC_REQUIRED");
 constexpr const Setting& kMpaCrcStrict = entry("USIW_MPA_CRC_STRICT");
@@ -385,10 +391,14 @@ LogLevel log_level() {
     if (const char* d = std::getenv(kDebug.name); d && d[0] != '0')
         return LogLevel::kDebug;
     const char* v = std::getenv(kVerbsLogLevel.name);
-    const int verbs_level = v ? std::atoi(v) : 0;
+    const long verbs_level = v ? std::strtol(v, nullptr, 0) : 0;  // as libibverbs parses it
     return verbs_level >= 4   ? LogLevel::kDebug
            : verbs_level >= 1 ? LogLevel::kErrors
                               : LogLevel::kSilent;
+}
+
+std::optional<std::string> log_file() {
+    return text_of(kVerbsLogFile);
 }
 
 MpaPolicy mpa_policy(const std::string& device) {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Every setting usiw takes from the environment, in one registry: each
 // variable's name, the values it takes, its default and what it means
 // (settings::all(), which `usiw --help` prints), and the one parser of its
@@ -74,6 +75,10 @@ int peer_timeout_ms();
 // USIW_DEBUG and rdma-core's VERBS_LOG_LEVEL: what the provider logs.
 enum class LogLevel : uint8_t { kSilent, kErrors, kDebug };
 LogLevel log_level();
+
+// rdma-core's VERBS_LOG_FILE: where the diagnostics go instead of stderr;
+// nullopt when unset or empty.
+std::optional<std::string> log_file();
 
 // The USIW_MPA_* knobs for one usiw device: what Linux siw has as module
 // parameters (mpa_version, mpa_crc_required, mpa_crc_strict,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Whether a range of this process's memory can back a registration. A
 // kernel RNIC pins the pages and fails with EFAULT where they are not mapped
 // (or not writable when write access is asked for); usiw reads the same

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Steering tags: the table that maps an STag (24-bit index, 8-bit key) to a
 // registered memory region, and the access check every local SGE and every
 // inbound tagged access goes through.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Opening and closing a usiw device, the queries that describe it, and
 // asynchronous events.
 #include <fcntl.h>

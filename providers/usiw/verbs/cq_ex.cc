@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Extended completion queues (ibv_create_cq_ex): the polling calls
 // ibv_start_poll / ibv_next_poll / ibv_end_poll and the ibv_wc_read_*
 // accessors, over the very entries poll_cq takes (cq_take_entries).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // A usiw device: one iWARP RNIC with one port, bound to a netdev. It holds
 // what rdma-core's device list shows (a verbs_device, first member) and the
 // netdev state its port mirrors. The device is the same whatever found it
@@ -38,7 +39,8 @@ inline constexpr uint32_t kMaxGids = 16;
 inline constexpr uint64_t kMaxMessageSize = 1ull << 31;
 inline constexpr uint32_t kVendorId = 0x757369;  // "usi": usiw's own, not an IEEE OUI user
 inline constexpr uint32_t kVendorPartId = 1;
-inline constexpr const char* kFirmwareVersion = "usiw-0.1.0";
+// The project's version (CMakeLists.txt), as `usiw --version` prints it.
+inline constexpr const char* kFirmwareVersion = USIW_VERSION;
 // What ibv_query_device reports usiw does: ibv_modify_qp checks
 // cur_qp_state; sys_image_guid is set; ports raise IBV_EVENT_PORT_ACTIVE;
 // ibv_modify_srq resizes. Not (yet): memory windows and the memory

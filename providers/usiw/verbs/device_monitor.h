@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Keeps open usiw devices in step with their netdevs: one thread per
 // process, started when the first device is opened, waits on an rtnetlink
 // socket and on every change re-reads the watched devices' netdevs. A port

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The usiw devices of this process: the one list in which the core (verbs,
 // connection management) looks its devices up.
 //

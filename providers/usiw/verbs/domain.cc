@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Thread domains and parent domains.
 //
 // A parent domain is interchangeable with the protection domain it extends:

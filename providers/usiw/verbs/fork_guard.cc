@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Counting fork()s for fork_guard.h.
 #include "verbs/fork_guard.h"
 

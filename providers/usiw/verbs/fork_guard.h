@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // fork() and usiw's objects. A usiw context's objects live in the process
 // that opened it: its QPs' sockets, the progress engine's epoll set and
 // thread, the CM's engine. A child of fork() shares those sockets and that

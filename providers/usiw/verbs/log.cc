@@ -1,7 +1,10 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #include "verbs/log.h"
 
+#include <cerrno>
 #include <cstdarg>
 #include <cstdio>
+#include <cstring>
 
 #include "host/settings.h"
 
@@ -11,30 +14,49 @@ namespace {
 
 using settings::LogLevel;
 
+struct Sink {
+    LogLevel level = LogLevel::kSilent;
+    FILE* file = stderr;  // never closed: messages may come from exit-time code
+};
+
 // Read once per process.
-LogLevel level() {
-    static const LogLevel value = settings::log_level();
+const Sink& sink() {
+    static const Sink value = [] {
+        Sink s;
+        s.level = settings::log_level();
+        const std::optional<std::string> path = settings::log_file();
+        if (s.level != LogLevel::kSilent && path) {
+            if (FILE* f = std::fopen(path->c_str(), "ae")) {
+                std::setvbuf(f, nullptr, _IOLBF, 0);
+                s.file = f;
+            } else {
+                std::fprintf(stderr, "usiw: cannot open VERBS_LOG_FILE %s: %s; logging to stderr\n",
+                             path->c_str(), std::strerror(errno));
+            }
+        }
+        return s;
+    }();
     return value;
 }
 
-void vlog(const char* format, va_list args) {
+void vlog(FILE* file, const char* format, va_list args) {
     char line[512];
     std::vsnprintf(line, sizeof line, format, args);
-    std::fprintf(stderr, "usiw: %s\n", line);
+    std::fprintf(file, "usiw: %s\n", line);
 }
 
 }  // namespace
 
 bool debug_enabled() {
-    return level() == LogLevel::kDebug;
+    return sink().level == LogLevel::kDebug;
 }
 
 void log_error(const char* format, ...) {
-    if (level() == LogLevel::kSilent)
+    if (sink().level == LogLevel::kSilent)
         return;
     va_list args;
     va_start(args, format);
-    vlog(format, args);
+    vlog(sink().file, format, args);
     va_end(args);
 }
 
@@ -43,7 +65,20 @@ void log_debug(const char* format, ...) {
         return;
     va_list args;
     va_start(args, format);
-    vlog(format, args);
+    vlog(sink().file, format, args);
+    va_end(args);
+}
+
+void report_config_error(const char* format, ...) {
+    va_list args;
+    va_start(args, format);
+    if (sink().level != LogLevel::kSilent && sink().file != stderr) {
+        va_list copy;
+        va_copy(copy, args);
+        vlog(sink().file, format, copy);
+        va_end(copy);
+    }
+    vlog(stderr, format, args);
     va_end(args);
 }
 

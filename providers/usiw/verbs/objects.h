@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The verbs objects of a usiw device, each embedding the rdma-core structure
 // it is handed out as (first member, so a pointer converts both ways).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Queue pairs: creation, the iWARP state rules, work request validation and
 // queuing. An iWARP QP is an RC QP whose transport is a TCP stream; it is
 // created in INIT (as Linux siw reports its IDLE state) and reaches RTS only

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The hooks through which a QP connected by ibv_modify_qp gets its stream.
 //
 // An application that connects a QP as on InfiniBand or RoCE names the peer

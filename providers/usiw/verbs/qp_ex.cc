@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Extended QPs (ibv_create_qp_ex with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS): the
 // ibv_wr_* calls, which post to the same send queue, and so the same
 // datapath (direct sending included), as ibv_post_send.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The RC QP state machine as the Linux kernel checks it for InfiniBand and
 // RoCE devices (ib_modify_qp_is_ok and its qp_state_table in
 // drivers/infiniband/core/verbs.c, Linux 6.1): which transitions exist,

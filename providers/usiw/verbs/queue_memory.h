@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Where the slots of a work queue or completion queue live: the heap, or
 // memory from the allocator of the parent domain the queue was created on
 // (ibv_alloc_parent_domain with IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS).

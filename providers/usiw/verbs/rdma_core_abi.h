@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The private provider ABI of stock rdma-core 44 (IBVERBS_PRIVATE_34).
 //
 // rdma-core's libibverbs/driver.h is not installed by Debian, so the

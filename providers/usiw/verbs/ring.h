@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // A bounded FIFO over a fixed array: the shape of every usiw work queue and
 // completion queue. Not thread-safe; its owner's mutex guards it.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The verbs surface of a usiw device: the verbs_context_ops table rdma-core
 // dispatches to, and the few entry points the glue and connection
 // management call.

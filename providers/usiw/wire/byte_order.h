@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Big-endian loads and stores on unaligned byte buffers.
 //
 // Every iWARP header field is big-endian and FPDUs arrive at any TCP

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // CRC32c (Castagnoli) as MPA uses it: initial value all ones, final
 // inversion, computed with ISA-L. The running state can be fed in pieces, so
 // a receiver can checksum payload while placing it directly into its

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // FPDU framing (RFC 5044 section 6) in both directions.
 //
 //   [MPA length][DDP/RDMAP header][payload][pad to 4][CRC32c]

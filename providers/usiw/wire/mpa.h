@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // MPA connection setup frames (RFC 5044 section 7, RFC 6581): the request,
 // reply and reject that precede FPDU mode on a TCP stream. Pure encode and
 // parse; the connection manager does the I/O and the negotiation.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // DDP (RFC 5041) and RDMAP (RFC 5040, RFC 7306) headers: encoding, decoding
 // and stateless validation. Pure functions on byte buffers; no I/O.
 //
