@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 WITH Linux-syscall-note */
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The interface between the usiw kernel shim (usiw.ko) and the usiw
  * provider (libusiw-rdmav34.so): everything that crosses uverbs beyond the

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 */
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * usiw kernel shim: an iWARP RDMA device whose datapath runs in user space
  * (the usiw provider). The kernel keeps what only it can: the device and

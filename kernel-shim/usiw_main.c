@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 /*
  * usiw kernel shim: device lifetime. `rdma link add NAME type usiw netdev
  * DEV` creates a device bound to DEV; `rdma link delete NAME` (or DEV going

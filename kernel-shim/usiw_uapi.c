@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 /*
  * usiw kernel shim: the driver methods through which the user-space
  * datapath raises completion and asynchronous events on the kernel's event

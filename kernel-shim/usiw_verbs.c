@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 /*
  * usiw kernel shim: the verbs the kernel answers. Memory registration pins
  * and issues the STag; CQs, QPs and SRQs are shells that give the

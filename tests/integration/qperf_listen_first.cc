@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // A preload for qperf's server, for tests only: its rdma_cm listener listens
 // as soon as it is bound.
 //

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # The usiw kernel shim (usiw.ko) in a qemu guest booted from Debian's 6.1
 # kernel (scripts/qemu/guest.sh); the guest part is shim_guest.sh. usiw.ko is
 # built for the guest's kernel first if the build has none yet (the headers

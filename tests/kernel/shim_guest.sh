@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # Runs INSIDE the qemu guest (scripts/qemu/guest.sh run): the usiw kernel
 # shim (usiw.ko) on Debian's 6.1 kernel.
 #

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // shim_verbs: verbs programs for the usiw kernel shim tests (shim_guest.sh).
 // They use stock libibverbs only and must run WITHOUT LD_PRELOAD: libibverbs
 // itself finds the shim device and loads the usiw provider (RDMAV_DRIVERS or

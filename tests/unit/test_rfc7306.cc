@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // RFC 7306 end to end, through the public libibverbs API: immediate data
 // (RDMA WRITE_WITH_IMM, SEND_WITH_IMM) and atomics (FETCH_AND_ADD,
 // CMP_AND_SWP) between usiw QPs connected over loopback TCP, the values and

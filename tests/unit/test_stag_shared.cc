@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Unit tests for mem/stag_table.h when the table shares the STag space with
 // another issuer (the kernel shim issues the STags of registrations; the
 // table issues its own, the mapped read destinations, above a base), and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #include "host/rdma_links.h"
 
 #include <linux/netlink.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The running kernel's RDMA devices, as RDMA netlink (nldev) reports their
 // ports (what `rdma link show` prints), and which of them belong to the usiw
 // kernel shim. Works without privileges; a kernel without RDMA has none.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The provider's side of the usiw kernel shim (kernel-shim/): how a shim
 // device, which the kernel lists like any RDMA device, becomes a usiw Device
 // that the same core serves, and the ContextBacking that keeps a context's

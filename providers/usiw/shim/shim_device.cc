@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Shim devices as libibverbs finds them. Stock libibverbs lists every kernel
 // RDMA device (netlink, sysfs) and asks each registered provider whether a
 // device is its own: usiw claims those whose node description the shim wrote

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // What the provider shares with stock rdma-core 44 and the kernel to drive a
 // device of the usiw kernel shim: libibverbs' record of a kernel device
 // (verbs_sysfs_dev), its private uverbs command helpers (IBVERBS_PRIVATE_34,

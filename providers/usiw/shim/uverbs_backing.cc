@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The ContextBacking of a shim device: each verbs object gets its shell in
 // the kernel through the uverbs command on the context's command fd, and
 // the datapath's events reach the application through the kernel's event

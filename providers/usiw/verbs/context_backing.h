@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // What stands behind a context besides this process: nothing for a
 // kernel-less device, the kernel for a device of the usiw kernel shim
 // (shim/). A backing keeps a shell of each verbs object outside the
