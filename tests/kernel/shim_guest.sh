@@ -163,8 +163,10 @@ here ibv_devices >"$WORK/ibv_devices" 2>&1
 check "stock ibv_devices (no LD_PRELOAD)" "$WORK/ibv_devices" '^\s+usiw0\s+[0-9a-f]{16}' \
     '^\s+usiw1\s+[0-9a-f]{16}' '^\s+siw0\s'
 here ibv_devinfo -v -d usiw0 >"$WORK/ibv_devinfo" 2>&1
+# fw_ver is the project's version, as `usiw --version` prints it.
+version=$("$USIW" --version | awk '{ print $2 }')
 check "stock ibv_devinfo -v (no LD_PRELOAD)" "$WORK/ibv_devinfo" 'transport:.*iWARP' \
-    'fw_ver:.*usiw-0\.1\.0' 'state:.*PORT_ACTIVE' \
+    "fw_ver:[[:space:]]*${version//./\\.}\$" 'state:.*PORT_ACTIVE' \
     'GID\[ *0\]:.*0000:0000:0000:0000:0000:ffff:c000:0201'
 
 in_peer "$USIW" run ibv_devices >"$WORK/run-devices" 2>&1

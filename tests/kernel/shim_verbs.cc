@@ -32,6 +32,7 @@
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <infiniband/verbs.h>
+#include <link.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -49,6 +50,7 @@
 #include <deque>
 #include <fstream>
 #include <string>
+#include <string_view>
 
 #include "pattern.h"
 
@@ -97,10 +99,24 @@ ibv_context* open_named(const char* name) {
 // The provider's own entry point, from the copy libibverbs loaded (never
 // loaded by this program: RTLD_NOLOAD).
 using AttachFn = int (*)(ibv_qp*, int fd, int initiator, int crc, unsigned max_fpdu);
+// Found by file name among the loaded objects: the provider, like rdma-core's,
+// has no SONAME for dlopen to match a bare name against.
 AttachFn provider_attach() {
-    void* provider = dlopen("libusiw-rdmav34.so", RTLD_NOW | RTLD_NOLOAD);
+    std::string path;
+    dl_iterate_phdr(
+        [](dl_phdr_info* info, size_t, void* out) {
+            const std::string_view name = info->dlpi_name ? info->dlpi_name : "";
+            if (!name.ends_with("/libusiw-rdmav34.so"))
+                return 0;
+            *static_cast<std::string*>(out) = name;
+            return 1;
+        },
+        &path);
+    if (path.empty())
+        die("libibverbs did not load the usiw provider (no libusiw-rdmav34.so in this process)");
+    void* provider = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
     if (!provider)
-        die("libibverbs did not load the usiw provider (%s)", dlerror());
+        die("dlopen(%s, RTLD_NOLOAD): %s", path.c_str(), dlerror());
     auto fn = reinterpret_cast<AttachFn>(dlsym(provider, "usiw_qp_attach_socket"));
     if (!fn)
         die("the usiw provider has no usiw_qp_attach_socket");
