@@ -510,6 +510,10 @@ class Receiver {
     // unless it announces the Send that follows, which then completes with
     // its value.
     void on_immediate(const wire::SegmentHeader& h) {
+        // Its completion makes the Write before it visible (WRITE_WITH_IMM):
+        // that Write's payload waits in the batch, so it is placed first.
+        if (!place_queued())
+            return;
         if (h.msn != s_->recv_msn)
             return fault(term::kUntaggedMsnRange, "unexpected Immediate Data MSN");
         count(stats_.immediate_data_received);
@@ -549,6 +553,9 @@ class Receiver {
     // then carried out at once, and its Atomic Response queued behind the
     // Read Responses owed.
     void on_atomic_request(const wire::SegmentHeader& h) {
+        // The atomic reads what earlier Writes placed.
+        if (!place_queued())
+            return;
         const wire::AtomicRequestFields& a = h.atomic_request;
         if (h.msn != s_->read_req_expected)
             return fault(term::kUntaggedMsnRange, "unexpected Atomic Request MSN");
