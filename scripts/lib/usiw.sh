@@ -226,6 +226,16 @@ wait_running() {
     poll_until "$seconds" running "$netns" "$@"
 }
 
+# usiw_side CONFIGDIR NETNS CMD...: CMD under `$USIW run` (USIW: the usiw
+# command) with CONFIGDIR's links, in NETNS (empty: here), killed after
+# 60 s. USIW_DEBUG puts the CM's states and events in CMD's output, so that
+# a rare failure (a hang shows only as exit 124) says how far each end got.
+usiw_side() {
+    local config=$1 netns=$2
+    shift 2
+    USIW_DEBUG=1 with_links "$config" in_ns "$netns" timeout 60 "$USIW" run "$@"
+}
+
 # veth_pair IFACE_A NETNS_A ADDR_A IFACE_B NETNS_B ADDR_B: a veth pair
 # joining IFACE_A in NETNS_A to IFACE_B in NETNS_B (an empty NETNS: here;
 # a missing one is created, with its lo up), each end with its address
@@ -293,4 +303,17 @@ apt_install() {
     "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
         "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
             --no-install-recommends "${missing[@]}"
+}
+
+# two_namespaces: NS_A and NS_B joined by a veth pair, va (ADDR_A) to vb
+# (ADDR_B); false, said as a skip (not root, no iproute2) or a failure,
+# where they cannot be made.
+two_namespaces() {
+    if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null; then
+        skip "netns: needs root and iproute2"
+        return 1
+    fi
+    veth_pair va "$NS_A" "$ADDR_A" vb "$NS_B" "$ADDR_B" && return 0
+    bad "netns: could not create the namespaces and veth pair"
+    return 1
 }

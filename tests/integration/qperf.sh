@@ -62,13 +62,9 @@ links_dir "$WORK/lo"
 links_dir "$WORK/a" "usiw0 netdev va"
 links_dir "$WORK/b" "usiw0 netdev vb"
 
-# usiw's connection-setup diagnostics go with qperf's output (USIW_DEBUG),
-# so that a failed connection says why.
-side() {
-    local config=$1 netns=$2
-    shift 2
-    USIW_DEBUG=1 with_links "$config" in_ns "$netns" timeout 60 "$USIW" run "$@"
-}
+# side CONFIG NETNS CMD...: usiw_side (scripts/lib/usiw.sh), whose
+# connection-setup diagnostics go with qperf's output.
+side() { usiw_side "$@"; }
 
 # server_side CONFIG NETNS CMD...: side, with LISTEN_FIRST (if given)
 # preloaded ahead of the provider, so that its rdma_bind_addr is the one
@@ -163,13 +159,7 @@ if [ "$WHERE" = loopback ] || [ "$WHERE" = all ]; then
 fi
 
 if [ "$WHERE" = netns ] || [ "$WHERE" = all ]; then
-    if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null; then
-        skip "netns: needs root and iproute2"
-    elif veth_pair va "$NS_A" "$ADDR_A" vb "$NS_B" "$ADDR_B"; then
-        suite netns "$WORK/b $NS_B" "$WORK/a $NS_A" "$ADDR_B" 24900
-    else
-        bad "netns: could not create the namespaces and veth pair"
-    fi
+    two_namespaces && suite netns "$WORK/b $NS_B" "$WORK/a $NS_A" "$ADDR_B" 24900
 fi
 
 results

@@ -140,13 +140,7 @@ if [ "$WHERE" = loopback ] || [ "$WHERE" = all ]; then
 fi
 
 if [ "$WHERE" = netns ] || [ "$WHERE" = all ]; then
-    if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null; then
-        skip "netns: needs root and iproute2"
-    elif veth_pair va "$NS_A" "$ADDR_A" vb "$NS_B" "$ADDR_B"; then
-        suite netns "$WORK/b $NS_B" "$WORK/a $NS_A" "$ADDR_B" 22500
-    else
-        bad "netns: could not create the namespaces and veth pair"
-    fi
+    two_namespaces && suite netns "$WORK/b $NS_B" "$WORK/a $NS_A" "$ADDR_B" 22500
 fi
 
 results

@@ -50,14 +50,9 @@ links_dir "$WORK/lo"
 links_dir "$WORK/a" "usiw0 netdev va"
 links_dir "$WORK/b" "usiw0 netdev vb"
 
-# side CONFIGDIR NETNS CMD...: runs CMD under usiw in that setting.
-side() {
-    local config=$1 netns=$2
-    shift 2
-    # USIW_DEBUG: the CM's states and events go to the log, so that a rare
-    # failure (a hang shows only as exit 124) says how far each end got.
-    USIW_DEBUG=1 with_links "$config" in_ns "$netns" timeout 60 "$USIW" run "$@"
-}
+# side CONFIGDIR NETNS CMD...: runs CMD under usiw in that setting
+# (usiw_side, scripts/lib/usiw.sh: with the CM's diagnostics in the log).
+side() { usiw_side "$@"; }
 
 # pair NAME PORT SERVER_ENV CLIENT_ENV SERVER_REGEX CLIENT_REGEX -- SERVER_ARGS -- CLIENT_ARGS
 # where *_ENV is "CONFIGDIR NETNS".
