@@ -35,7 +35,7 @@
 
 /*
  * Limits the shim enforces on its object shells; the provider's datapath
- * has the same ones (verbs/device.h).
+ * has the same ones (verbs/device.h takes them from here).
  */
 #define USIW_MAX_QP 131072
 #define USIW_MAX_QP_WR 32768
@@ -49,6 +49,35 @@
 #define USIW_MAX_SRQ_WR 32768
 #define USIW_MAX_ORD_IRD 128
 #define USIW_GID_TABLE_LEN 16
+#define USIW_MAX_MSG_SIZE (1U << 31)
+#define USIW_VENDOR_ID 0x757369	/* "usi": usiw's own, not an IEEE OUI user */
+#define USIW_VENDOR_PART_ID 1
+
+/*
+ * Sets the device attributes the shim's query_device and the provider's
+ * ibv_query_device both report: the fields are named alike in the kernel's
+ * struct ib_device_attr and libibverbs' struct ibv_device_attr.
+ */
+#define USIW_SET_DEVICE_ATTRS(attr)					\
+	do {								\
+		(attr)->max_mr_size = ~0ULL;				\
+		(attr)->vendor_id = USIW_VENDOR_ID;			\
+		(attr)->vendor_part_id = USIW_VENDOR_PART_ID;		\
+		(attr)->max_qp = USIW_MAX_QP;				\
+		(attr)->max_qp_wr = USIW_MAX_QP_WR;			\
+		(attr)->max_sge_rd = USIW_MAX_SGE;			\
+		(attr)->max_cq = USIW_MAX_CQ;				\
+		(attr)->max_cqe = USIW_MAX_CQE;				\
+		(attr)->max_mr = USIW_MAX_MR;				\
+		(attr)->max_pd = USIW_MAX_PD;				\
+		(attr)->max_qp_rd_atom = USIW_MAX_ORD_IRD;		\
+		(attr)->max_qp_init_rd_atom = USIW_MAX_ORD_IRD;		\
+		(attr)->max_res_rd_atom = USIW_MAX_QP * USIW_MAX_ORD_IRD; \
+		(attr)->max_srq = USIW_MAX_SRQ;				\
+		(attr)->max_srq_wr = USIW_MAX_SRQ_WR;			\
+		(attr)->max_srq_sge = USIW_MAX_SGE;			\
+		(attr)->max_pkeys = 1;					\
+	} while (0)
 
 /* GET_CONTEXT: the driver part of the response. */
 struct usiw_alloc_ucontext_resp {

@@ -40,26 +40,10 @@ static int usiw_query_device(struct ib_device *ibdev,
 	memset(attr, 0, sizeof(*attr));
 	attr->kernel_cap_flags = IBK_ALLOW_USER_UNREG;
 	attr->sys_image_guid = ibdev->node_guid;
-	attr->max_mr_size = ~0ULL;
 	attr->page_size_cap = PAGE_SIZE;
-	attr->vendor_id = 0x757369;	/* "usi", as the provider reports */
-	attr->vendor_part_id = 1;
-	attr->max_qp = USIW_MAX_QP;
-	attr->max_qp_wr = USIW_MAX_QP_WR;
+	USIW_SET_DEVICE_ATTRS(attr);
 	attr->max_send_sge = USIW_MAX_SGE;
 	attr->max_recv_sge = USIW_MAX_SGE;
-	attr->max_sge_rd = USIW_MAX_SGE;
-	attr->max_cq = USIW_MAX_CQ;
-	attr->max_cqe = USIW_MAX_CQE;
-	attr->max_mr = USIW_MAX_MR;
-	attr->max_pd = USIW_MAX_PD;
-	attr->max_qp_rd_atom = USIW_MAX_ORD_IRD;
-	attr->max_qp_init_rd_atom = USIW_MAX_ORD_IRD;
-	attr->max_res_rd_atom = USIW_MAX_QP * USIW_MAX_ORD_IRD;
-	attr->max_srq = USIW_MAX_SRQ;
-	attr->max_srq_wr = USIW_MAX_SRQ_WR;
-	attr->max_srq_sge = USIW_MAX_SGE;
-	attr->max_pkeys = 1;
 	/* As the provider reports: its datapath serves RFC 7306 atomics. */
 	attr->atomic_cap = IB_ATOMIC_HCA;
 	return 0;
@@ -71,7 +55,7 @@ static int usiw_query_port(struct ib_device *ibdev, u32 port,
 {
 	attr->gid_tbl_len = USIW_GID_TABLE_LEN;
 	attr->port_cap_flags = IB_PORT_CM_SUP | IB_PORT_DEVICE_MGMT_SUP;
-	attr->max_msg_sz = 1U << 31;
+	attr->max_msg_sz = USIW_MAX_MSG_SIZE;
 	attr->pkey_tbl_len = 1;
 	attr->max_vl_num = 1;
 	return ib_get_eth_speed(ibdev, port, &attr->active_speed,

@@ -69,35 +69,16 @@ void Device::fill_device_attr(ibv_device_attr* a) {
     std::strncpy(a->fw_ver, kFirmwareVersion, sizeof a->fw_ver - 1);
     a->node_guid = guid();
     a->sys_image_guid = a->node_guid;
-    a->max_mr_size = UINT64_MAX;
     a->page_size_cap = 4096;
-    a->vendor_id = kVendorId;
-    a->vendor_part_id = kVendorPartId;
-    a->hw_ver = 0;
-    a->max_qp = kMaxQp;
-    a->max_qp_wr = kMaxQpWr;
+    USIW_SET_DEVICE_ATTRS(a);  // kernel-shim/usiw-abi.h: as the kernel shim reports them
     a->device_cap_flags = kDeviceCapFlags;
     a->max_sge = kMaxSendSge;
-    a->max_sge_rd = kMaxSgeRd;
-    a->max_cq = kMaxCq;
-    a->max_cqe = kMaxCqe;
-    a->max_mr = kMaxMr;
-    a->max_pd = kMaxPd;
-    a->max_qp_rd_atom = kMaxOrdIrd;
-    a->max_ee_rd_atom = 0;
-    a->max_res_rd_atom = kMaxQp * kMaxOrdIrd;
-    a->max_qp_init_rd_atom = kMaxOrdIrd;
-    a->max_ee_init_rd_atom = 0;
     // RFC 7306 atomics run as the processor's 64-bit atomic instructions on
     // the aligned target (datapath/rx.cc): atomic against every atomic from
     // every QP of the device, which is what IBV_ATOMIC_HCA promises
     // (Documentation/verbs.md says what holds against the CPU).
     a->atomic_cap = IBV_ATOMIC_HCA;
     a->max_mw = kMaxMw;
-    a->max_srq = kMaxSrq;
-    a->max_srq_wr = kMaxSrqWr;
-    a->max_srq_sge = kMaxSrqSge;
-    a->max_pkeys = 1;
     a->local_ca_ack_delay = 0;
     a->phys_port_cnt = 1;
 }

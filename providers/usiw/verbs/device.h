@@ -15,30 +15,31 @@
 
 #include "host/device_stats.h"
 #include "host/netdev.h"
+#include "usiw-abi.h"  // kernel-shim/: the limits, shared with the kernel shim
 #include "verbs/rdma_core_abi.h"
 
 namespace usiw {
 
-// Limits. At least Linux siw's, beyond it where it costs little.
-inline constexpr uint32_t kMaxSendSge = 6;
-inline constexpr uint32_t kMaxRecvSge = 6;
-inline constexpr uint32_t kMaxSgeRd = 6;  // several local SGEs per RDMA READ (mapped STags)
-inline constexpr uint32_t kMaxInlineData = 256;
-inline constexpr uint32_t kMaxQp = 131072;
-inline constexpr uint32_t kMaxQpWr = 32768;
-inline constexpr uint32_t kMaxCq = 131072;
-inline constexpr uint32_t kMaxCqe = 3276800;
-inline constexpr uint32_t kMaxMr = 1024000;
+// Limits. At least Linux siw's, beyond it where it costs little. The kernel
+// shim enforces the same ones: both take them from its ABI header.
+inline constexpr uint32_t kMaxSendSge = USIW_MAX_SGE;
+inline constexpr uint32_t kMaxRecvSge = USIW_MAX_SGE;
+// Several local SGEs per RDMA READ (mapped STags).
+inline constexpr uint32_t kMaxSgeRd = USIW_MAX_SGE;
+inline constexpr uint32_t kMaxInlineData = USIW_MAX_INLINE;
+inline constexpr uint32_t kMaxQp = USIW_MAX_QP;
+inline constexpr uint32_t kMaxQpWr = USIW_MAX_QP_WR;
+inline constexpr uint32_t kMaxCq = USIW_MAX_CQ;
+inline constexpr uint32_t kMaxCqe = USIW_MAX_CQE;
+inline constexpr uint32_t kMaxMr = USIW_MAX_MR;
 inline constexpr uint32_t kMaxMw = kMaxMr;
-inline constexpr uint32_t kMaxPd = 204800;
-inline constexpr uint32_t kMaxOrdIrd = 128;
-inline constexpr uint32_t kMaxSrq = 13107;
-inline constexpr uint32_t kMaxSrqWr = 32768;
+inline constexpr uint32_t kMaxPd = USIW_MAX_PD;
+inline constexpr uint32_t kMaxOrdIrd = USIW_MAX_ORD_IRD;
+inline constexpr uint32_t kMaxSrq = USIW_MAX_SRQ;
+inline constexpr uint32_t kMaxSrqWr = USIW_MAX_SRQ_WR;
 inline constexpr uint32_t kMaxSrqSge = kMaxRecvSge;
-inline constexpr uint32_t kMaxGids = 16;
-inline constexpr uint64_t kMaxMessageSize = 1ull << 31;
-inline constexpr uint32_t kVendorId = 0x757369;  // "usi": usiw's own, not an IEEE OUI user
-inline constexpr uint32_t kVendorPartId = 1;
+inline constexpr uint32_t kMaxGids = USIW_GID_TABLE_LEN;
+inline constexpr uint64_t kMaxMessageSize = USIW_MAX_MSG_SIZE;
 // The project's version (CMakeLists.txt), as `usiw --version` prints it.
 inline constexpr const char* kFirmwareVersion = USIW_VERSION;
 // What ibv_query_device reports usiw does: ibv_modify_qp checks
