@@ -341,13 +341,7 @@ void Connection::attach_active(const ReplyOutcome& outcome,
     if (!qp_)
         return connect_failed(-EINVAL, "the QP was destroyed during connection setup");
     set_qp_read_depths(qp_, outcome.ird, outcome.ord);
-    StreamParams params;
-    params.crc = outcome.crc;
-    params.initiator = true;
-    params.send_rtr = outcome.send_rtr;
-    params.ird = outcome.ird;
-    params.ord = outcome.ord;
-    params.max_fpdu = fpdu_budget(outcome.gso_both, tcp_mss(fd_.get()));
+    StreamParams params = initiator_stream(outcome, tcp_mss(fd_.get()));
     log_debug("rdma_cm: connected to %s: CRC %s, IRD %u ORD %u, RTR %s, FPDUs up to %zu bytes",
               peer_name(fd_.get()).c_str(), params.crc ? "on" : "off", params.ird, params.ord,
               rtr_name(params.send_rtr), params.max_fpdu);
@@ -522,16 +516,7 @@ int Connection::reply_sent() {
     if (!qp_)
         return EINVAL;
     set_qp_read_depths(qp_, terms_.ird, terms_.ord);
-    StreamParams params;
-    params.crc = request_.crc;
-    params.initiator = false;
-    // RFC 5044: nothing goes out before the initiator's first FPDU; with
-    // peer-to-peer RTR that first FPDU is its RTR message.
-    params.hold_tx_until_first_rx = true;
-    params.expect_send_rtr = request_.rtr == wire::kRtrSend;
-    params.ird = terms_.ird;
-    params.ord = terms_.ord;
-    params.max_fpdu = fpdu_budget(request_.gso_both, tcp_mss(fd_.get()));
+    StreamParams params = responder_stream(request_, terms_, tcp_mss(fd_.get()));
     log_debug("rdma_cm: accepted %s: CRC %s, IRD %u ORD %u, RTR %s, FPDUs up to %zu bytes",
               peer_name(fd_.get()).c_str(), params.crc ? "on" : "off", params.ird, params.ord,
               rtr_name(request_.rtr), params.max_fpdu);

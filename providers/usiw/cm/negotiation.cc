@@ -179,4 +179,29 @@ size_t fpdu_budget(bool gso_both, int mss) {
     return static_cast<size_t>(mss) & ~size_t{7};
 }
 
+StreamParams initiator_stream(const ReplyOutcome& reply, int mss) {
+    StreamParams params;
+    params.crc = reply.crc;
+    params.initiator = true;
+    params.send_rtr = reply.send_rtr;
+    params.ird = reply.ird;
+    params.ord = reply.ord;
+    params.max_fpdu = fpdu_budget(reply.gso_both, mss);
+    return params;
+}
+
+StreamParams responder_stream(const RequestOutcome& request, const Terms& terms, int mss) {
+    StreamParams params;
+    params.crc = request.crc;
+    params.initiator = false;
+    // RFC 5044: nothing goes out before the initiator's first FPDU; with
+    // peer-to-peer RTR that first FPDU is its RTR message.
+    params.hold_tx_until_first_rx = true;
+    params.expect_send_rtr = request.rtr == wire::kRtrSend;
+    params.ird = terms.ird;
+    params.ord = terms.ord;
+    params.max_fpdu = fpdu_budget(request.gso_both, mss);
+    return params;
+}
+
 }  // namespace usiw::cm

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // MPA negotiation (RFC 5044 section 7, RFC 6581): what a request offers,
 // how a responder answers it, and what the initiator makes of the reply.
-// Pure decisions over wire::MpaFrame values; connection.cc does the I/O.
+// Pure decisions over wire::MpaFrame values, down to the stream parameters
+// the datapath is given; connection.cc and rendezvous.cc do the I/O.
 //
 // The rules, as Linux siw applies them (relaxed IRD/ORD negotiation):
 //  - revision: the reply echoes min(request, ours); the RFC 6581 block is
@@ -22,6 +23,7 @@
 #include <cstdint>
 #include <span>
 
+#include "datapath/attach.h"
 #include "host/settings.h"
 #include "wire/mpa.h"
 
@@ -108,5 +110,11 @@ wire::MpaFrame reject_frame(const RequestOutcome& request, bool gso_hint,
 // The FPDU budget: 64 KiB when both sides set the GSO hint, else the MSS
 // rounded down to a multiple of 8 (as siw sizes its FPDUs).
 size_t fpdu_budget(bool gso_both, int mss);
+
+// The stream an MPA exchange set up, for qp_attach_stream (its fd not yet
+// set): the initiator's from the reply it accepted, the responder's from
+// the request it answered and its terms. `mss` is the socket's (tcp_mss).
+StreamParams initiator_stream(const ReplyOutcome& reply, int mss);
+StreamParams responder_stream(const RequestOutcome& request, const Terms& terms, int mss);
 
 }  // namespace usiw::cm

@@ -371,13 +371,7 @@ void ActiveLink::read_reply() {
         return fail(r, "the MPA reply carries no rendezvous data");
     if (const ReplyJudgment j = judge_reply(sent_, data.message); j.action != ReplyAction::kAttach)
         return fail(r, j.why);
-    StreamParams params;
-    params.crc = outcome.crc;
-    params.initiator = true;
-    params.send_rtr = outcome.send_rtr;
-    params.ird = outcome.ird;
-    params.ord = outcome.ord;
-    params.max_fpdu = fpdu_budget(outcome.gso_both, tcp_mss(fd()));
+    StreamParams params = initiator_stream(outcome, tcp_mss(fd()));
     params.keep_qp_state = true;
     params.linger_after_peer_close = true;
     r->active = nullptr;
@@ -488,15 +482,7 @@ void PassiveLink::accept(QpRecord* r) {
 }
 
 void PassiveLink::attach_responder() {
-    StreamParams params;
-    params.crc = outcome_.crc;
-    params.initiator = false;
-    // RFC 5044: nothing goes out before the initiator's first FPDU (its RTR).
-    params.hold_tx_until_first_rx = true;
-    params.expect_send_rtr = outcome_.rtr == wire::kRtrSend;
-    params.ird = terms_.ird;
-    params.ord = terms_.ord;
-    params.max_fpdu = fpdu_budget(outcome_.gso_both, tcp_mss(fd()));
+    StreamParams params = responder_stream(outcome_, terms_, tcp_mss(fd()));
     params.keep_qp_state = true;
     params.linger_after_peer_close = true;
     QpRecord* r = owner_;
