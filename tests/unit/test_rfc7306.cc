@@ -570,24 +570,10 @@ void test_raw_peer_without_rfc7306(void**) {
     EXPECT(f[0].h.opcode == wire::Opcode::kAtomicRequest, "first FPDU is not the Atomic Request");
     std::vector<std::byte> offending(f[0].header.size());
     std::memcpy(offending.data(), f[0].header.data(), offending.size());
-    const wire::TerminateFields tf =
-        wire::terminate_fields(wire::term::kUnexpectedOpcode, offending);
-    std::byte payload[wire::kMaxTerminatePayload];
-    const size_t n = wire::encode_terminate_payload(tf, offending, payload);
-    wire::SegmentHeader t;
-    t.opcode = wire::Opcode::kTerminate;
-    t.msn = 1;
-    t.terminate = tf;
-    iovec src{payload, n};
-    wire::PayloadCursor cursor{{&src, 1}};
-    wire::FpduFramer framer;
-    iovec iov[wire::FpduFramer::iov_count(1)];
-    const size_t k = framer.frame(t, cursor, n, false, iov);
-    std::vector<uint8_t> bytes;
-    for (size_t i = 0; i < k; ++i) {
-        const auto* b = static_cast<const uint8_t*>(iov[i].iov_base);
-        bytes.insert(bytes.end(), b, b + iov[i].iov_len);
-    }
+    const std::vector<std::byte> term = wire::terminate_fpdu(
+        wire::term::kUnexpectedOpcode, offending, false, wire::TerminateLayout::kLinuxSiw);
+    std::vector<uint8_t> bytes(term.size());
+    std::memcpy(bytes.data(), term.data(), term.size());
     raw_write_all(fd, bytes);
     const std::vector<ibv_wc> wcs = expect_wcs(cq, 2, "the refused atomic and the Send");
     // The Send completed once on the socket; the atomic from the TERMINATE.

@@ -840,25 +840,8 @@ void transmit_posted(Qp* qp) {
 
 void stream_terminate(Stream* s, const wire::TermCause& cause,
                       std::span<const std::byte> offending) {
-    const wire::TerminateFields f = wire::terminate_fields(cause, offending);
-    std::byte payload[wire::kMaxTerminatePayload];
-    const size_t payload_size = wire::encode_terminate_payload(f, offending, payload);
-    wire::SegmentHeader h;
-    h.opcode = wire::Opcode::kTerminate;
-    h.msn = 1;
-    h.terminate = f;
-    iovec source{payload, payload_size};
-    wire::PayloadCursor cursor{{&source, 1}};
-    wire::FpduFramer framer;
-    iovec iov[wire::FpduFramer::iov_count(1)];
-    const size_t n =
-        framer.frame(h, cursor, payload_size, s->params.crc, iov, s->params.terminate_layout);
-    std::vector<std::byte> fpdu;
-    fpdu.reserve(framer.wire_size());
-    for (size_t i = 0; i < n; ++i) {
-        auto* p = static_cast<const std::byte*>(iov[i].iov_base);
-        fpdu.insert(fpdu.end(), p, p + iov[i].iov_len);
-    }
+    std::vector<std::byte> fpdu =
+        wire::terminate_fpdu(cause, offending, s->params.crc, s->params.terminate_layout);
     count(s->context->device->stats->terminates_sent);
     // A request that broke memory protection is the responder's "local
     // access violation" (IBV_EVENT_QP_ACCESS_ERR); anything else is fatal.

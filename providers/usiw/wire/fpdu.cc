@@ -88,6 +88,28 @@ size_t FpduFramer::frame(const SegmentHeader& hdr, PayloadCursor& payload, size_
     return n;
 }
 
+std::vector<std::byte> terminate_fpdu(const TermCause& cause, std::span<const std::byte> offending,
+                                      bool crc, TerminateLayout layout) {
+    SegmentHeader h;
+    h.opcode = Opcode::kTerminate;
+    h.msn = 1;
+    h.terminate = terminate_fields(cause, offending);
+    std::byte payload[kMaxTerminatePayload];
+    const size_t payload_size = encode_terminate_payload(h.terminate, offending, payload);
+    iovec source{payload, payload_size};
+    PayloadCursor cursor{{&source, 1}};
+    FpduFramer framer;
+    iovec iov[FpduFramer::iov_count(1)];
+    const size_t n = framer.frame(h, cursor, payload_size, crc, iov, layout);
+    std::vector<std::byte> fpdu;
+    fpdu.reserve(framer.wire_size());
+    for (size_t i = 0; i < n; ++i) {
+        const auto* p = static_cast<const std::byte*>(iov[i].iov_base);
+        fpdu.insert(fpdu.end(), p, p + iov[i].iov_len);
+    }
+    return fpdu;
+}
+
 Deframer::Event Deframer::fail_with(const Fault& fault) noexcept {
     phase_ = Phase::kFailed;
     fault_ = fault;

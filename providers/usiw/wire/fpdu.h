@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "wire/crc32c.h"
 #include "wire/rdmap.h"
@@ -78,6 +79,13 @@ class FpduFramer {
     size_t trailer_size_ = 0;
     size_t wire_size_ = 0;
 };
+
+// A whole TERMINATE FPDU (RFC 5040 section 4.8): the Terminate header for
+// `cause` and the copy of the `offending` header that terminate_fields()
+// chooses, framed (with CRC when `crc`) as `layout` says. Not for the data
+// path: it allocates.
+std::vector<std::byte> terminate_fpdu(const TermCause& cause, std::span<const std::byte> offending,
+                                      bool crc, TerminateLayout layout);
 
 // Splits one RDMAP message into DDP segments: the header fields of each
 // segment (tagged offset or message offset advancing, L on the last one) and
