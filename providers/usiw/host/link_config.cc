@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <sstream>
 
@@ -328,6 +329,24 @@ std::vector<EffectiveLink> merge_scopes(const std::vector<LinkSpec>& system_link
     return merged;
 }
 
+// One read-modify-write of `scope`'s links file at `path`, under its
+// EditLock: `change` edits the links read from it and returns false (with
+// *error set) to leave the file as it was.
+bool edit_links(ConfigScope scope, const std::string& path, std::string* error,
+                const std::function<bool(std::vector<LinkSpec>&)>& change) {
+    const EditLock lock(path);
+    if (!lock.held(error)) {
+        return false;
+    }
+    std::string problem;
+    std::vector<LinkSpec> links = load_links(scope, &problem);
+    if (!problem.empty()) {
+        set_error(error, problem + " (fix or remove the file first)");
+        return false;
+    }
+    return change(links) && replace_file(path, render_links(links), error);
+}
+
 }  // namespace
 
 std::string config_path(ConfigScope scope) {
@@ -424,26 +443,18 @@ bool add_link(ConfigScope scope, const LinkSpec& link, std::string* error) {
     if (!create_config_directory(path, error)) {
         return false;
     }
-    const EditLock lock(path);
-    if (!lock.held(error)) {
-        return false;
-    }
-    std::string problem;
-    std::vector<LinkSpec> links = load_links(scope, &problem);
-    if (!problem.empty()) {
-        set_error(error, problem + " (fix or remove the file first)");
-        return false;
-    }
-    if (contains_name(links, link.name)) {
-        set_error(error, "a link named '" + link.name + "' already exists in " +
-                             describe_scope_file(scope));
-        return false;
-    }
-    if (!query_netdev(link.netdev, error)) {
-        return false;
-    }
-    links.push_back(link);
-    return replace_file(path, render_links(links), error);
+    return edit_links(scope, path, error, [&](std::vector<LinkSpec>& links) {
+        if (contains_name(links, link.name)) {
+            set_error(error, "a link named '" + link.name + "' already exists in " +
+                                 describe_scope_file(scope));
+            return false;
+        }
+        if (!query_netdev(link.netdev, error)) {
+            return false;
+        }
+        links.push_back(link);
+        return true;
+    });
 }
 
 bool delete_link(ConfigScope scope, const std::string& name, std::string* error) {
@@ -453,24 +464,16 @@ bool delete_link(ConfigScope scope, const std::string& name, std::string* error)
         set_error(error, "no link named '" + name + "' in " + describe_scope_file(scope));
         return false;
     }
-    const EditLock lock(path);
-    if (!lock.held(error)) {
-        return false;
-    }
-    std::string problem;
-    std::vector<LinkSpec> links = load_links(scope, &problem);
-    if (!problem.empty()) {
-        set_error(error, problem + " (fix or remove the file first)");
-        return false;
-    }
-    const auto removed = std::remove_if(links.begin(), links.end(),
-                                        [&](const LinkSpec& link) { return link.name == name; });
-    if (removed == links.end()) {
-        set_error(error, "no link named '" + name + "' in " + describe_scope_file(scope));
-        return false;
-    }
-    links.erase(removed, links.end());
-    return replace_file(path, render_links(links), error);
+    return edit_links(scope, path, error, [&](std::vector<LinkSpec>& links) {
+        const auto removed = std::remove_if(
+            links.begin(), links.end(), [&](const LinkSpec& link) { return link.name == name; });
+        if (removed == links.end()) {
+            set_error(error, "no link named '" + name + "' in " + describe_scope_file(scope));
+            return false;
+        }
+        links.erase(removed, links.end());
+        return true;
+    });
 }
 
 }  // namespace usiw
