@@ -57,60 +57,35 @@ void end_poll(ibv_cq_ex*) {
     // Every completion returned was taken when it was returned.
 }
 
-ibv_wc_opcode read_opcode(ibv_cq_ex* cq) {
-    return to_cq(cq)->polled.opcode;
-}
-uint32_t read_vendor_err(ibv_cq_ex* cq) {
-    return to_cq(cq)->polled.vendor_err;
-}
-uint32_t read_byte_len(ibv_cq_ex* cq) {
-    return to_cq(cq)->polled.byte_len;
-}
-__be32 read_imm_data(ibv_cq_ex* cq) {
-    return to_cq(cq)->polled.imm_data;
-}
-uint32_t read_qp_num(ibv_cq_ex* cq) {
-    return to_cq(cq)->polled.qp_num;
-}
-uint32_t read_src_qp(ibv_cq_ex* cq) {
-    return to_cq(cq)->polled.src_qp;
-}
-unsigned int read_wc_flags(ibv_cq_ex* cq) {
-    return to_cq(cq)->polled.wc_flags;
-}
-uint32_t read_slid(ibv_cq_ex* cq) {
-    return to_cq(cq)->polled.slid;
-}
-uint8_t read_sl(ibv_cq_ex* cq) {
-    return to_cq(cq)->polled.sl;
-}
-uint8_t read_dlid_path_bits(ibv_cq_ex* cq) {
-    return to_cq(cq)->polled.dlid_path_bits;
+// An ibv_wc_read_* accessor: `field` of the polled completion, as the
+// type its slot in ibv_cq_ex returns.
+template <auto field, typename Value>
+Value read_polled(ibv_cq_ex* cq) {
+    return to_cq(cq)->polled.*field;
 }
 
-// The accessors, set as the application asked for them (wc_flags), as
-// rdma-core's providers do: the others stay NULL.
+// Sets the accessor of `field` into `slot` if `wanted`; rdma-core's
+// providers leave the ones the application did not ask for (wc_flags) NULL.
+template <auto field, typename Value>
+void offer(Value (*&slot)(ibv_cq_ex*), bool wanted) {
+    if (wanted)
+        slot = read_polled<field, Value>;
+}
+
 void set_accessors(ibv_cq_ex& c, uint64_t wc_flags) {
     c.start_poll = start_poll;
     c.next_poll = next_poll;
     c.end_poll = end_poll;
-    c.read_opcode = read_opcode;
-    c.read_vendor_err = read_vendor_err;
-    c.read_wc_flags = read_wc_flags;
-    if (wc_flags & IBV_WC_EX_WITH_BYTE_LEN)
-        c.read_byte_len = read_byte_len;
-    if (wc_flags & IBV_WC_EX_WITH_IMM)
-        c.read_imm_data = read_imm_data;
-    if (wc_flags & IBV_WC_EX_WITH_QP_NUM)
-        c.read_qp_num = read_qp_num;
-    if (wc_flags & IBV_WC_EX_WITH_SRC_QP)
-        c.read_src_qp = read_src_qp;
-    if (wc_flags & IBV_WC_EX_WITH_SLID)
-        c.read_slid = read_slid;
-    if (wc_flags & IBV_WC_EX_WITH_SL)
-        c.read_sl = read_sl;
-    if (wc_flags & IBV_WC_EX_WITH_DLID_PATH_BITS)
-        c.read_dlid_path_bits = read_dlid_path_bits;
+    offer<&ibv_wc::opcode>(c.read_opcode, true);
+    offer<&ibv_wc::vendor_err>(c.read_vendor_err, true);
+    offer<&ibv_wc::wc_flags>(c.read_wc_flags, true);
+    offer<&ibv_wc::byte_len>(c.read_byte_len, wc_flags & IBV_WC_EX_WITH_BYTE_LEN);
+    offer<&ibv_wc::imm_data>(c.read_imm_data, wc_flags & IBV_WC_EX_WITH_IMM);
+    offer<&ibv_wc::qp_num>(c.read_qp_num, wc_flags & IBV_WC_EX_WITH_QP_NUM);
+    offer<&ibv_wc::src_qp>(c.read_src_qp, wc_flags & IBV_WC_EX_WITH_SRC_QP);
+    offer<&ibv_wc::slid>(c.read_slid, wc_flags & IBV_WC_EX_WITH_SLID);
+    offer<&ibv_wc::sl>(c.read_sl, wc_flags & IBV_WC_EX_WITH_SL);
+    offer<&ibv_wc::dlid_path_bits>(c.read_dlid_path_bits, wc_flags & IBV_WC_EX_WITH_DLID_PATH_BITS);
 }
 
 }  // namespace

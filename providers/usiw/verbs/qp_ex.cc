@@ -244,6 +244,14 @@ void wr_set_inline_data(ibv_qp_ex* qpx, void* addr, size_t length) {
     wr_set_inline_data_list(qpx, 1, &buf);
 }
 
+// Sets `builder` into `slot` if the application asked for its operation
+// (send_ops_flags); the others stay NULL, as in rdma-core's providers.
+template <typename Builder>
+void offer(Builder*& slot, Builder* builder, bool wanted) {
+    if (wanted)
+        slot = builder;
+}
+
 }  // namespace
 
 int qp_ex_check(uint64_t send_ops_flags) {
@@ -252,26 +260,19 @@ int qp_ex_check(uint64_t send_ops_flags) {
 
 void qp_ex_setup(Qp* qp, uint64_t send_ops_flags) {
     ibv_qp_ex& x = qp->vqp.qp_ex;
-    if (send_ops_flags & IBV_QP_EX_WITH_SEND)
-        x.wr_send = wr_send;
-    if (send_ops_flags & IBV_QP_EX_WITH_SEND_WITH_INV)
-        x.wr_send_inv = wr_send_inv;
-    if (send_ops_flags & IBV_QP_EX_WITH_RDMA_WRITE)
-        x.wr_rdma_write = wr_rdma_write;
-    if (send_ops_flags & IBV_QP_EX_WITH_RDMA_READ)
-        x.wr_rdma_read = wr_rdma_read;
-    if (send_ops_flags & IBV_QP_EX_WITH_SEND_WITH_IMM)
-        x.wr_send_imm = wr_send_imm;
-    if (send_ops_flags & IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM)
-        x.wr_rdma_write_imm = wr_rdma_write_imm;
-    if (send_ops_flags & IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP)
-        x.wr_atomic_cmp_swp = wr_atomic_cmp_swp;
-    if (send_ops_flags & IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD)
-        x.wr_atomic_fetch_add = wr_atomic_fetch_add;
-    if (send_ops_flags & IBV_QP_EX_WITH_BIND_MW)
-        x.wr_bind_mw = wr_bind_mw;
-    if (send_ops_flags & IBV_QP_EX_WITH_LOCAL_INV)
-        x.wr_local_inv = wr_local_inv;
+    offer(x.wr_send, wr_send, send_ops_flags & IBV_QP_EX_WITH_SEND);
+    offer(x.wr_send_inv, wr_send_inv, send_ops_flags & IBV_QP_EX_WITH_SEND_WITH_INV);
+    offer(x.wr_rdma_write, wr_rdma_write, send_ops_flags & IBV_QP_EX_WITH_RDMA_WRITE);
+    offer(x.wr_rdma_read, wr_rdma_read, send_ops_flags & IBV_QP_EX_WITH_RDMA_READ);
+    offer(x.wr_send_imm, wr_send_imm, send_ops_flags & IBV_QP_EX_WITH_SEND_WITH_IMM);
+    offer(x.wr_rdma_write_imm, wr_rdma_write_imm,
+          send_ops_flags & IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM);
+    offer(x.wr_atomic_cmp_swp, wr_atomic_cmp_swp,
+          send_ops_flags & IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP);
+    offer(x.wr_atomic_fetch_add, wr_atomic_fetch_add,
+          send_ops_flags & IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD);
+    offer(x.wr_bind_mw, wr_bind_mw, send_ops_flags & IBV_QP_EX_WITH_BIND_MW);
+    offer(x.wr_local_inv, wr_local_inv, send_ops_flags & IBV_QP_EX_WITH_LOCAL_INV);
     x.wr_set_sge = wr_set_sge;
     x.wr_set_sge_list = wr_set_sge_list;
     x.wr_set_inline_data = wr_set_inline_data;
