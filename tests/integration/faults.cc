@@ -66,15 +66,20 @@
 #include <vector>
 
 #include "pattern.h"
+#include "rc_qp.h"
 
 extern char** environ;
 
 namespace {
 
+using usiw_test::Clock;
 using usiw_test::die;
+using usiw_test::elapsed_ms;
 using usiw_test::fill;
+using usiw_test::kInitMask;
+using usiw_test::kRtrMask;
+using usiw_test::kRtsMask;
 using usiw_test::pattern_byte;
-using Clock = std::chrono::steady_clock;
 
 constexpr int kMustMs = 60000;           // the longest wait for what must happen
 constexpr size_t kMaxMsg = 64 * 1024;    // the largest SEND
@@ -84,10 +89,6 @@ constexpr int kQueueDepth = 64;          // send and receive queue sizes
 constexpr uint32_t kMagic = 0x75736977;  // "usiw"
 constexpr uint32_t kRegionSeed = 0x7e910;
 constexpr size_t kHeader = 24;
-
-long elapsed_ms(Clock::time_point since) {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - since).count();
-}
 
 int failures = 0;
 
@@ -260,13 +261,7 @@ bool conn_resources(Conn& c, ibv_context* ctx, ibv_pd* pd) {
 }
 
 ibv_qp_init_attr qp_init_attr(Conn& c) {
-    ibv_qp_init_attr a{};
-    a.send_cq = a.recv_cq = c.cq;
-    a.qp_type = IBV_QPT_RC;
-    a.cap.max_send_wr = kQueueDepth;
-    a.cap.max_recv_wr = kQueueDepth;
-    a.cap.max_send_sge = 2;
-    a.cap.max_recv_sge = 1;
+    ibv_qp_init_attr a = usiw_test::rc_qp_init_attr(c.cq, kQueueDepth);
     a.sq_sig_all = 1;
     return a;
 }
@@ -789,40 +784,17 @@ bool rdv_make_qp(Conn& c, ibv_context* ctx, ibv_pd* pd) {
     c.qp = ibv_create_qp(pd, &a);
     if (!c.qp)
         return false;
-    ibv_qp_attr m{};
-    m.qp_state = IBV_QPS_INIT;
-    m.port_num = 1;
-    m.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-    return ibv_modify_qp(c.qp, &m,
-                         IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0;
+    ibv_qp_attr m = usiw_test::init_attr();
+    return ibv_modify_qp(c.qp, &m, kInitMask) == 0;
 }
 
 // RTR and RTS towards (gid, qpn), as perftest does.
 int rdv_connect(Conn& c, const uint8_t* gid, uint32_t qpn) {
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = IBV_MTU_1024;
-    a.dest_qp_num = qpn;
-    a.max_dest_rd_atomic = 16;
-    a.min_rnr_timer = 12;
-    a.ah_attr.is_global = 1;
-    a.ah_attr.port_num = 1;
-    a.ah_attr.grh.hop_limit = 1;
-    std::memcpy(a.ah_attr.grh.dgid.raw, gid, 16);
-    if (int err =
-            ibv_modify_qp(c.qp, &a,
-                          IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                              IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+    ibv_qp_attr a = usiw_test::rtr_attr(gid, qpn, 0, 16);
+    if (int err = ibv_modify_qp(c.qp, &a, kRtrMask))
         return err;
-    a = {};
-    a.qp_state = IBV_QPS_RTS;
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 16;
-    return ibv_modify_qp(c.qp, &a,
-                         IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                             IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+    a = usiw_test::rts_attr(14, 7, 16);
+    return ibv_modify_qp(c.qp, &a, kRtsMask);
 }
 
 // Serves one connection until it ends; prints "served N" and, on a bad

@@ -64,13 +64,18 @@
 #include <vector>
 
 #include "pattern.h"
+#include "rc_qp.h"
 
 namespace {
 
+using usiw_test::Clock;
 using usiw_test::die;
+using usiw_test::elapsed_ms;
 using usiw_test::expect_pattern;
 using usiw_test::fill;
-using Clock = std::chrono::steady_clock;
+using usiw_test::kInitMask;
+using usiw_test::kRtrMask;
+using usiw_test::kRtsMask;
 
 constexpr int kWaitMs = 60000;  // no check waits longer for something due
 constexpr int kRecvDepth = 8;
@@ -94,10 +99,6 @@ struct Options {
     bool quiet = false;
     std::string kind;
 };
-
-long elapsed_ms(Clock::time_point since) {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - since).count();
-}
 
 // --- the side channel (as perftest's: a TCP socket, fixed-size records) ---
 
@@ -227,13 +228,7 @@ Conn make_conn(const Device& d, size_t size) {
     c.cq = ibv_create_cq(d.ctx, 4 * kRecvDepth, nullptr, nullptr, 0);
     c.mr = ibv_reg_mr(d.pd, c.buf.data(), c.buf.size(),
                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
-    ibv_qp_init_attr a{};
-    a.send_cq = a.recv_cq = c.cq;
-    a.qp_type = IBV_QPT_RC;
-    a.cap.max_send_wr = kRecvDepth;
-    a.cap.max_recv_wr = kRecvDepth;
-    a.cap.max_send_sge = 2;
-    a.cap.max_recv_sge = 1;
+    ibv_qp_init_attr a = usiw_test::rc_qp_init_attr(c.cq, kRecvDepth);
     c.qp = ibv_create_qp(d.pd, &a);
     if (!c.cq || !c.mr || !c.qp)
         die("cannot create a QP: %s", strerror(errno));
@@ -241,46 +236,17 @@ Conn make_conn(const Device& d, size_t size) {
 }
 
 void to_init(ibv_qp* qp) {
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.pkey_index = 0;
-    a.port_num = 1;
-    a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-    if (int err = ibv_modify_qp(
-            qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+    ibv_qp_attr a = usiw_test::init_attr();
+    if (int err = ibv_modify_qp(qp, &a, kInitMask))
         die("INIT: %s", strerror(err));
 }
 
 ibv_qp_attr rtr_attr(const Options& o, const uint8_t* dgid, uint32_t dest_qpn) {
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = IBV_MTU_1024;
-    a.dest_qp_num = dest_qpn;
-    a.rq_psn = 0;
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 12;
-    a.ah_attr.is_global = 1;
-    a.ah_attr.port_num = 1;
-    a.ah_attr.grh.hop_limit = 1;
-    a.ah_attr.grh.sgid_index = static_cast<uint8_t>(o.gid_index);
-    std::memcpy(a.ah_attr.grh.dgid.raw, dgid, 16);
-    return a;
+    return usiw_test::rtr_attr(dgid, dest_qpn, static_cast<uint8_t>(o.gid_index), 1);
 }
 
-constexpr int kRtrMask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                         IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
-constexpr int kRtsMask = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                         IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC;
-
 ibv_qp_attr rts_attr(const Options& o) {
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_RTS;
-    a.timeout = o.timeout;
-    a.retry_cnt = o.retry;
-    a.rnr_retry = 7;
-    a.sq_psn = 0;
-    a.max_rd_atomic = 1;
-    return a;
+    return usiw_test::rts_attr(o.timeout, o.retry, 1);
 }
 
 void connect_qp(const Options& o, ibv_qp* qp, const uint8_t* dgid, uint32_t dest_qpn) {
