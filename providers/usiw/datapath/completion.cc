@@ -6,6 +6,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "datapath/stream.h"
 #include "verbs/log.h"
 
@@ -198,12 +200,42 @@ void complete_current_recv(Stream* s, ibv_wc_status status, uint32_t byte_len, u
                       solicited, opcode, imm_data);
 }
 
+bool hold_current_recv(Stream* s, const HeldRecv& r) {
+    std::lock_guard lock(s->completion_mutex);
+    if (!s->rx_have_wqe)
+        return true;  // a flush took it
+    if (s->rx_held_count == s->rx_held.size())
+        return false;
+    HeldRecv& held = s->rx_held[s->rx_held_count++];
+    held = r;
+    held.wr_id = s->rx_wqe.wr_id;
+    s->rx_have_wqe = false;
+    return true;
+}
+
+bool complete_held_recvs(Stream* s, uint32_t placed, ibv_wc_status failed) {
+    std::lock_guard lock(s->completion_mutex);
+    uint32_t n = 0;
+    for (; n < s->rx_held_count && s->rx_held[n].placed_after <= placed; ++n) {
+        const HeldRecv& r = s->rx_held[n];
+        complete_recv_wqe(s->qp, r.wr_id, IBV_WC_SUCCESS, r.byte_len, r.wc_flags,
+                          r.invalidated_rkey, r.solicited, IBV_WC_RECV, r.imm_data);
+    }
+    const bool fail_one = failed != IBV_WC_SUCCESS && n < s->rx_held_count;
+    if (fail_one)
+        complete_recv_wqe(s->qp, s->rx_held[n++].wr_id, failed, 0, 0, 0, false);
+    std::copy(s->rx_held.begin() + n, s->rx_held.begin() + s->rx_held_count, s->rx_held.begin());
+    s->rx_held_count -= n;
+    return fail_one;
+}
+
 void stream_flush(Stream* s, bool deliver, bool keep_inbound_reads) {
     std::lock_guard lock(s->completion_mutex);
     if (!deliver) {
         s->inflight.clear();
         s->inflight_base = 0;
         s->rx_have_wqe = false;
+        s->rx_held_count = 0;
     }
     // Verbs order: once a work request is flushed, every later one is too,
     // even one that had already gone out but waited behind it.
@@ -220,8 +252,12 @@ void stream_flush(Stream* s, bool deliver, bool keep_inbound_reads) {
         }
     }
     deliver_in_order(s);
-    // A receive already bound to a Send that will never finish comes first
-    // among the flushed receives.
+    // Receives held for placement that never came, then one already bound
+    // to a Send that will never finish, come first among the flushed
+    // receives.
+    for (uint32_t i = 0; i < s->rx_held_count; ++i)
+        complete_recv_wqe(s->qp, s->rx_held[i].wr_id, IBV_WC_WR_FLUSH_ERR, 0, 0, 0, false);
+    s->rx_held_count = 0;
     if (s->rx_have_wqe) {
         s->rx_have_wqe = false;
         complete_recv_wqe(s->qp, s->rx_wqe.wr_id, IBV_WC_WR_FLUSH_ERR, 0, 0, 0, false);

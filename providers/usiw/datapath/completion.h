@@ -25,6 +25,8 @@
 
 namespace usiw {
 
+struct HeldRecv;
+
 // The two builders of an ibv_wc. Each posts it on the QP's send or
 // receive CQ, waking the CQ's completion channel when the CQ is armed for
 // it; an overflowing CQ loses the entry and raises IBV_EVENT_CQ_ERR, as on
@@ -56,6 +58,21 @@ void inflight_refused(Stream* s, uint64_t seq, ibv_wc_status status);
 void complete_current_recv(Stream* s, ibv_wc_status status, uint32_t byte_len, unsigned wc_flags,
                            uint32_t invalidated_rkey, bool solicited,
                            ibv_wc_opcode opcode = IBV_WC_RECV, uint32_t imm_data = 0);
+
+// The receive bound to the Send message just received is done; its
+// completion `r` (all but the wr_id, which is the bound receive's) waits in
+// Stream::rx_held until complete_held_recvs() releases it, once the first
+// `r.placed_after` FPDUs queued for placement are placed (rx.cc numbers
+// them). False, and nothing held, when the held list is full: release it
+// first.
+bool hold_current_recv(Stream* s, const HeldRecv& r);
+// The first `placed` queued FPDUs are in place (all by default): the held
+// receives that waited only for them complete successfully, and with
+// `failed` set, the next one with that status (its Send's last FPDU could
+// not be placed; false when none is left for it). Those left stay held
+// for the stream's end to flush.
+bool complete_held_recvs(Stream* s, uint32_t placed = UINT32_MAX,
+                         ibv_wc_status failed = IBV_WC_SUCCESS);
 
 // The stream has ended: what is in flight completes, finished work as done
 // and the rest flushed in posting order, and the receive bound to a Send

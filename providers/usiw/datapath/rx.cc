@@ -47,9 +47,11 @@ namespace term = wire::term;
 // through the staging buffer, recvmsg() straight into the destination for
 // large payloads (receive_locked). The copies are queued and made in one
 // system call per batch of FPDUs (an RDMA Write completes nothing at the
-// target, so its payload may wait until the end of the batch); anything
-// that makes placed bytes visible (a completion, a Read Request's source,
-// the end of the batch) places the queue first.
+// target, so its payload may wait until the end of the batch, and a Send's
+// receive completion is held until then: Stream::rx_held); anything else
+// that makes placed bytes visible (a completion of a READ or in error, a
+// Read Request's source, a TERMINATE, the end of the batch) places the
+// queue first, and the held receives complete right after it.
 class Placer {
   public:
     static constexpr size_t kMaxCopies = 256;
@@ -145,7 +147,7 @@ class Receiver {
         f.header_size = std::min(bytes.size(), f.header.size());
         std::memcpy(f.header.data(), bytes.data(), f.header_size);
         f.h = s_->deframer.header();
-        placement_fault(f, addr);
+        placement_fault(f, addr, 0);
     }
 
     bool want_transmit = false;  // an inbound read or a released hold needs the transmitter
@@ -189,11 +191,13 @@ class Receiver {
         q_.placer.add(dst, data.data(), data.size(), current_);
     }
 
-    // Places what is queued; false (and the stream terminated) when a
-    // destination is no longer mapped.
+    // Places what is queued and completes the receives held for it; false
+    // (and the stream terminated) when a destination is no longer mapped.
     bool place_queued() {
-        if (q_.placer.empty())
+        if (q_.placer.empty()) {
+            complete_held();
             return true;
+        }
         uint32_t failed = 0;
         void* addr = nullptr;
         const bool ok = q_.placer.flush(&failed, &addr);
@@ -201,9 +205,42 @@ class Receiver {
         q_.pending_count = 0;
         if (!ok) {
             const PendingFpdu f = q_.pending[failed];
-            placement_fault(f, addr);
+            placement_fault(f, addr, failed);
+            return false;
         }
-        return ok;
+        complete_held();
+        return true;
+    }
+
+    // The receives held for the batch's placement complete.
+    void complete_held() {
+        if (!held_)
+            return;
+        held_ = false;
+        complete_held_recvs(s_);
+    }
+
+    // The Send message ends here: its receive completes once its payload
+    // and everything queued before it is placed.
+    void hold_recv(HeldRecv r) {
+        r.placed_after = q_.pending_count;
+        if (!hold_current_recv(s_, r)) {
+            // Too many held: place the batch so far and release them.
+            if (!place_queued())
+                return;
+            r.placed_after = 0;
+            hold_current_recv(s_, r);
+        }
+        held_ = true;
+    }
+
+    // Completes the receive bound to the current Send in error, after those
+    // held before it.
+    bool fail_current_recv(ibv_wc_status status) {
+        if (!place_queued())
+            return false;  // that ended the stream, flushing the receive
+        complete_current_recv(s_, status, 0, 0, 0, false);
+        return true;
     }
 
     // The application unmapped (or made read-only) memory that a
@@ -211,8 +248,11 @@ class Receiver {
     // wrong by the STag table, but the region no longer holds what it
     // granted: the connection ends as for a protection error, the work
     // request that owned the memory (a receive, a READ) completes with a
-    // local protection error, and the process lives.
-    void placement_fault(const PendingFpdu& f, const void* addr) {
+    // local protection error, and the process lives. `index`: the FPDU's
+    // number among those queued; the receives held for the ones before it
+    // complete.
+    void placement_fault(const PendingFpdu& f, const void* addr, uint32_t index) {
+        held_ = false;
         count(stats_.placement_faults);
         const std::span<const std::byte> header{f.header.data(), f.header_size};
         log_error(
@@ -222,6 +262,7 @@ class Receiver {
         switch (f.h.opcode) {
             case Opcode::kRdmaWrite:
                 // As if the STag were invalid: its memory is gone.
+                complete_held_recvs(s_, index);
                 stream_terminate(s_, term::kTaggedInvalidStag, header);
                 return;
             case Opcode::kReadResponse: {
@@ -231,14 +272,17 @@ class Receiver {
                     if (!s_->orq.empty())
                         seq = s_->orq.front().inflight_seq;
                 }
+                complete_held_recvs(s_, index);
                 if (seq != UINT64_MAX)
                     inflight_mark_failed(s_, seq, IBV_WC_LOC_PROT_ERR);
                 stream_terminate(s_, term::kRdmapCatastrophic, header);
                 return;
             }
             default:
-                // A Send: its receive's memory.
-                complete_current_recv(s_, IBV_WC_LOC_PROT_ERR, 0, 0, 0, false);
+                // A Send: its receive's memory. The receive is held when
+                // the Send ended in this batch, else still the current one.
+                if (!complete_held_recvs(s_, index, IBV_WC_LOC_PROT_ERR))
+                    complete_current_recv(s_, IBV_WC_LOC_PROT_ERR, 0, 0, 0, false);
                 stream_terminate(s_, term::kRdmapCatastrophic, header);
                 return;
         }
@@ -260,8 +304,9 @@ class Receiver {
                 case Kind::kSegmentEnd:
                     count(stats_.rx_fpdus);
                     // Whatever a segment's end completes or exposes, its
-                    // payload is in place first; Writes wait for the batch.
-                    if (ev.header->opcode != Opcode::kRdmaWrite && !place_queued())
+                    // payload is in place first; Writes wait for the batch,
+                    // and so do Sends, whose receives are held until then.
+                    if (!waits_for_batch(ev.header->opcode) && !place_queued())
                         return false;
                     current_ = kNoFpdu;
                     on_segment_end(*ev.header);
@@ -277,6 +322,19 @@ class Receiver {
             }
         }
         return false;
+    }
+
+    static bool waits_for_batch(Opcode op) {
+        switch (op) {
+            case Opcode::kRdmaWrite:
+            case Opcode::kSend:
+            case Opcode::kSendSe:
+            case Opcode::kSendInvalidate:
+            case Opcode::kSendSeInvalidate:
+                return true;
+            default:
+                return false;
+        }
     }
 
   public:
@@ -455,7 +513,8 @@ class Receiver {
                 if (sge.length > 0 && s_->context->stags.check(sge.lkey, qp_->pd, sge.addr,
                                                                sge.length, IBV_ACCESS_LOCAL_WRITE,
                                                                &addr) != wire::StagError::kNone) {
-                    complete_current_recv(s_, IBV_WC_LOC_PROT_ERR, 0, 0, 0, false);
+                    if (!fail_current_recv(IBV_WC_LOC_PROT_ERR))
+                        return;
                     return fault(term::kRdmapCatastrophic, "receive buffer fails its lkey check");
                 }
                 s_->rx_segments[i] = {reinterpret_cast<std::byte*>(addr), sge.length, sge.lkey};
@@ -463,7 +522,8 @@ class Receiver {
             }
         }
         if (uint64_t{h.mo} + size > s_->rx_capacity) {
-            complete_current_recv(s_, IBV_WC_LOC_LEN_ERR, 0, 0, 0, false);
+            if (!fail_current_recv(IBV_WC_LOC_LEN_ERR))
+                return;
             return fault(term::kUntaggedTooLong, "Send longer than the posted receive");
         }
         s_->rx_dest = Stream::RxDest::kSegments;
@@ -736,7 +796,8 @@ class Receiver {
             const wire::StagError e =
                 s_->context->stags.invalidate_remote(h.inval_stag, qp_->pd, qp_);
             if (e != wire::StagError::kNone) {
-                complete_current_recv(s_, IBV_WC_REM_INV_REQ_ERR, 0, 0, 0, false);
+                if (!fail_current_recv(IBV_WC_REM_INV_REQ_ERR))
+                    return;
                 return fault_at_end(h, term::kCannotInvalidate, wire::stag_error_message(e));
             }
             count(stats_.stag_invalidations);
@@ -749,8 +810,13 @@ class Receiver {
         }
         ++s_->recv_msn;
         const bool solicited = h.opcode == Opcode::kSendSe || h.opcode == Opcode::kSendSeInvalidate;
-        complete_current_recv(s_, IBV_WC_SUCCESS, static_cast<uint32_t>(h.mo + h.payload_size()),
-                              flags, h.inval_stag, solicited, IBV_WC_RECV, imm);
+        HeldRecv r;
+        r.byte_len = static_cast<uint32_t>(h.mo + h.payload_size());
+        r.wc_flags = flags;
+        r.invalidated_rkey = h.inval_stag;
+        r.solicited = solicited;
+        r.imm_data = imm;
+        hold_recv(r);
     }
 
     void terminate_received(const wire::SegmentHeader& h) {
@@ -860,6 +926,7 @@ class Receiver {
     DeviceStats& stats_;
     PlacementQueue& q_;
     uint32_t current_ = kNoFpdu;  // the current FPDU's entry in q_.pending
+    bool held_ = false;           // receives may wait in s_->rx_held
 };
 
 void receive_locked(Stream* s) {

@@ -60,6 +60,18 @@ struct InflightWqe {
     uint64_t length = 0;
 };
 
+// A receive work request whose Send message has arrived, its completion
+// held until the message's payload is placed.
+struct HeldRecv {
+    uint64_t wr_id = 0;
+    uint32_t byte_len = 0;
+    uint32_t invalidated_rkey = 0;
+    unsigned wc_flags = 0;
+    bool solicited = false;
+    uint32_t placed_after = 0;  // how many of the batch's queued FPDUs must be placed first
+    uint32_t imm_data = 0;      // with IBV_WC_WITH_IMM (a Send with Immediate), network order
+};
+
 // An RDMA READ or an atomic we issued and whose response has not fully
 // arrived (the outbound read queue, ORD deep: RFC 7306 atomics take the
 // same credits as READs).
@@ -69,8 +81,8 @@ struct OutboundRead {
     // it (a peer takes messages in order): the requests numbered below this
     // are acknowledged (USIW_COMPLETION=acked).
     uint64_t acks_before = 0;
-    uint32_t sink_stag = 0;     // the STag we named in the Read Request
-    uint64_t sink_to = 0;       // the tagged offset we named
+    uint32_t sink_stag = 0;  // the STag we named in the Read Request
+    uint64_t sink_to = 0;    // the tagged offset we named
     uint32_t size = 0;
     uint32_t received = 0;
     bool mapped = false;  // sink_stag is a mapped read-destination STag
@@ -238,6 +250,13 @@ struct Stream {
     // path, cleared by it or by a flush, under completion_mutex.
     std::atomic<bool> rx_have_wqe{false};
     RecvWqe rx_wqe{};
+    // Receives whose Send has fully arrived, held until the payloads of the
+    // receive batch are placed (rx.cc): one placement system call then
+    // serves many small Sends. In receive order; under completion_mutex. A
+    // flush completes them first, as flushed.
+    static constexpr size_t kMaxHeldRecvs = 64;
+    std::array<HeldRecv, kMaxHeldRecvs> rx_held{};
+    uint32_t rx_held_count = 0;
     uint64_t rx_capacity = 0;
     // Where the current segment's payload goes, approved by the checks.
     enum class RxDest : uint8_t { kNone, kContiguous, kSegments } rx_dest = RxDest::kNone;
