@@ -997,8 +997,12 @@ class Spinner {
 #if defined(__SANITIZE_THREAD__)
 extern "C" void AnnotateIgnoreReadsBegin(const char* file, int line);
 extern "C" void AnnotateIgnoreReadsEnd(const char* file, int line);
-void ignore_reads_begin() { AnnotateIgnoreReadsBegin(__FILE__, __LINE__); }
-void ignore_reads_end() { AnnotateIgnoreReadsEnd(__FILE__, __LINE__); }
+void ignore_reads_begin() {
+    AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
+}
+void ignore_reads_end() {
+    AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
+}
 #else
 void ignore_reads_begin() {}
 void ignore_reads_end() {}
@@ -2379,6 +2383,54 @@ void test_raw_send_into_unmapped(void**) {
     }
 }
 
+// A burst of small Sends, one of them into an unmapped receive buffer.
+// Their receive completions wait for the batch's one placement call
+// (Stream::rx_held), more of them than the held list keeps at once, yet
+// each completes only once its bytes are in place, and in order: those
+// before the hole succeed with their bytes, the one into the hole completes
+// with a local protection error, the rest are flushed.
+void test_raw_sends_held_until_placed(void**) {
+    constexpr size_t kSends = 150, kHole = 100, kSize = 40;
+    for (bool crc : {false, true}) {
+        where("raw: %zu small Sends in one burst, number %zu into unmapped memory, crc=%d", kSends,
+              kHole + 1, crc);
+        const uint64_t faults = placement_faults();
+        RawTarget t = raw_target(crc, 0);
+        UnmappedMr u = unmapped_mr(t.h);
+        Buf rb = new_buf(t.h, kSends * kSize);
+        for (size_t i = 0; i < kSends; ++i)
+            post_recv(
+                t.qp, 100 + i,
+                {i == kHole ? ibv_sge{u.hole(0), kSize, u.mr->lkey} : rb.sge(i * kSize, kSize)});
+        std::vector<uint8_t> src(kSends * kSize);
+        pattern(src.data(), src.size(), 236);
+        std::vector<uint8_t> burst;
+        for (size_t i = 0; i < kSends; ++i) {
+            const std::vector<uint8_t> f = fpdu_send(static_cast<uint32_t>(i + 1), 0, true,
+                                                     src.data() + i * kSize, kSize, crc);
+            burst.insert(burst.end(), f.begin(), f.end());
+        }
+        TermExpect e;
+        e.cause = term::kRdmapCatastrophic;  // local: nothing copied back
+        raw_exchange(t, burst, e, IBV_EVENT_QP_FATAL);
+        const std::vector<ibv_wc> wcs = expect_wcs(t.cq, kSends, "the receives");
+        for (size_t i = 0; i < kHole; ++i)
+            expect_recv(wcs[i], 100 + i, kSize, "a receive before the hole");
+        expect_landed(rb, 0, src.data(), kHole * kSize, "the receives before the hole");
+        expect_wc(wcs[kHole], 100 + kHole, IBV_WC_LOC_PROT_ERR, IBV_WC_RECV,
+                  "receive into the hole");
+        for (size_t i = kHole + 1; i < kSends; ++i)
+            expect_wc(wcs[i], 100 + i, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV,
+                      "a receive behind the hole");
+        expect_cq_empty(t.cq, kQuietMs, "usiw CQ");
+        EXPECT(placement_faults() == faults + 1,
+               "placement_faults went from %" PRIu64 " to %" PRIu64 ", expected one more", faults,
+               placement_faults());
+        release(u);
+        release_all();
+    }
+}
+
 // An RDMA READ whose local buffer was unmapped before the Read Response
 // came: the READ completes with a local protection error.
 void test_raw_read_response_into_unmapped(void**) {
@@ -3022,6 +3074,7 @@ int main(int argc, char** argv) {
         T(test_raw_tagged_messages_do_not_interleave),
         T(test_raw_write_into_unmapped),
         T(test_raw_send_into_unmapped),
+        T(test_raw_sends_held_until_placed),
         T(test_raw_read_response_into_unmapped),
         T(test_raw_read_request_from_unmapped),
 
