@@ -235,6 +235,41 @@ void test_acked_send_too_long(void**) {
     release_all();
 }
 
+// Acked: receive queue exhaustion. The target posted one receive and the
+// requester sends three SENDs: the first lands and completes; the second
+// finds no receive, which iWARP makes fatal (TERMINATE, no receiver-not-ready
+// retry), so it completes at the requester in error and the
+// third is flushed; both QPs end in ERR with their async events. Error
+// completions on both sides, and no hang.
+void test_acked_receive_queue_exhausted(void**) {
+    setenv("USIW_TEST_DEVICE", kAcked, 1);
+    Pair p = new_pair(kConfigs[0]);
+    Buf src = new_buf(p.ha, 192);
+    pattern(src.p, src.n, 9);
+    Buf rbuf = new_buf(p.hb, 128);
+    post_recv(p.b, 7, {rbuf.sge(0, 64)});
+    const std::vector<Wr> chain{send_wr(1, {src.sge(0, 64)}), send_wr(2, {src.sge(64, 64)}),
+                                send_wr(3, {src.sge(128, 64)})};
+    EXPECT(post_chain(p.a, chain) == 0, "ibv_post_send(3 SENDs)");
+    const std::vector<ibv_wc> wcs = expect_wcs(p.as, 3, "the three SENDs");
+    expect_wc(wcs[0], 1, IBV_WC_SUCCESS, IBV_WC_SEND, "the SEND that had a receive");
+    // What an InfiniBand requester reports when its receiver-not-ready
+    // retries run out (rx.cc's requester_status).
+    expect_wc(wcs[1], 2, IBV_WC_RNR_RETRY_EXC_ERR, IBV_WC_SEND, "the SEND that found none");
+    expect_wc(wcs[2], 3, IBV_WC_WR_FLUSH_ERR, IBV_WC_SEND, "the SEND after it");
+    expect_recv(expect_one(p.br, "the receive"), 7, 64, "the first SEND");
+    expect_landed(rbuf, 0, src.p, 64, "the first SEND");
+    expect_state(p.a, IBV_QPS_ERR, "the requester");
+    expect_state(p.b, IBV_QPS_ERR, "the target");
+    expect_async(p.hb.ctx, p.b, IBV_EVENT_QP_FATAL, "the target");
+    expect_async(p.ha.ctx, p.a, IBV_EVENT_QP_FATAL, "the requester");
+    post_recv(p.b, 8, {rbuf.sge(64, 64)});
+    expect_wc(expect_one(p.br, "the target's receive after the error"), 8, IBV_WC_WR_FLUSH_ERR,
+              IBV_WC_RECV, "the target's receive after the error");
+    unsetenv("USIW_TEST_DEVICE");
+    release_all();
+}
+
 // Acked: of a chain WRITE, WRITE to an rkey the target does not have, SEND,
 // the first was placed and succeeds, the second completes with a Remote
 // Access Error and the SEND is flushed, in posting order.
@@ -270,6 +305,7 @@ int main(void) {
         T(test_transport_write_completes_when_sent),
         T(test_acked_send_too_long),
         T(test_acked_refused_write),
+        T(test_acked_receive_queue_exhausted),
     };
 #undef T
     return cmocka_run_group_tests(tests, nullptr, nullptr);

@@ -1467,6 +1467,134 @@ void test_hostile_read_after_valid_read(void**) {
     }
 }
 
+// Receive queue exhaustion in the middle of a stream. iWARP has no
+// receiver-not-ready retry: the Send that finds the receive queue empty is
+// fatal (RFC 5040 7.4.1: TERMINATE, untagged buffer error), not a wait.
+// B posted two receives and A sends three: the first two land and complete
+// with their bytes; the third makes B send a TERMINATE; both QPs go to ERR
+// with their async events; the work each side still holds or posts then
+// completes as flushed, on both sides. Nothing hangs: every step has its
+// completion or event.
+void test_receive_queue_exhausted(void**) {
+    constexpr size_t kMsg = 100;
+    for (const Framing& c : kConfigs) {
+        where("receive queue exhausted mid-stream, %s", framing_name(c));
+        Pair p = new_pair(c);
+        Buf src = new_buf(p.ha, 3 * kMsg);
+        pattern(src.p, src.n, 171);
+        Buf dst = new_buf(p.hb, 3 * kMsg);
+        Buf arecv = new_buf(p.ha, kMsg);
+        const uint64_t terminates =
+            device_counter(test_device(), &usiw::DeviceStats::terminates_sent);
+        post_recv(p.a, 50, {arecv.sge(0, kMsg)});  // A's own receive, never matched
+        post_recv(p.b, 0, {dst.sge(0, kMsg)});
+        post_recv(p.b, 1, {dst.sge(kMsg, kMsg)});
+        const std::vector<Wr> chain{send_wr(10, {src.sge(0, kMsg)}),
+                                    send_wr(11, {src.sge(kMsg, kMsg)}),
+                                    send_wr(12, {src.sge(2 * kMsg, kMsg)})};
+        EXPECT(post_chain(p.a, chain) == 0, "ibv_post_send(3 SENDs)");
+
+        const std::vector<ibv_wc> recvs = expect_wcs(p.br, 2, "B's two receives");
+        expect_recv(recvs[0], 0, kMsg, "the first SEND");
+        expect_recv(recvs[1], 1, kMsg, "the second SEND");
+        expect_landed(dst, 0, src.p, 2 * kMsg, "the two SENDs that had receives");
+        const std::vector<uint8_t> guard(kMsg, kGuard);
+        expect_bytes(dst.p + 2 * kMsg, guard.data(), kMsg, "past the posted receives");
+
+        expect_state(p.b, IBV_QPS_ERR, "B, out of receives");
+        expect_state(p.a, IBV_QPS_ERR, "A, after the TERMINATE");
+        expect_async(p.hb.ctx, p.b, IBV_EVENT_QP_FATAL, "B");
+        expect_async(p.ha.ctx, p.a, IBV_EVENT_QP_FATAL, "A");
+        EXPECT(device_counter(test_device(), &usiw::DeviceStats::terminates_sent) > terminates,
+               "no TERMINATE was sent");
+
+        // A's SENDs: the two that found receives succeed; the third left
+        // before the TERMINATE came back (success) or was refused or flushed.
+        const std::vector<ibv_wc> sends = expect_wcs(p.as, 3, "A's three SENDs");
+        expect_wc(sends[0], 10, IBV_WC_SUCCESS, IBV_WC_SEND, "the first SEND");
+        expect_wc(sends[1], 11, IBV_WC_SUCCESS, IBV_WC_SEND, "the second SEND");
+        EXPECT(sends[2].wr_id == 12 && (sends[2].status == IBV_WC_SUCCESS ||
+                                        sends[2].status == IBV_WC_RNR_RETRY_EXC_ERR ||
+                                        sends[2].status == IBV_WC_WR_FLUSH_ERR),
+               "the third SEND completed as wr_id %" PRIu64 " with %s", sends[2].wr_id,
+               ibv_wc_status_str(sends[2].status));
+        // Error completions on both sides: A's unmatched receive is
+        // flushed, and so is new work posted to either QP in ERR.
+        expect_wc(expect_one(p.ar, "A's receive"), 50, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV,
+                  "A's receive");
+        post(p.a, send_wr(13, {src.sge(0, kMsg)}));
+        expect_wc(expect_one(p.as, "A's SEND after the error"), 13, IBV_WC_WR_FLUSH_ERR,
+                  IBV_WC_SEND, "A's SEND after the error");
+        post_recv(p.b, 2, {dst.sge(2 * kMsg, kMsg)});
+        expect_wc(expect_one(p.br, "B's receive after the error"), 2, IBV_WC_WR_FLUSH_ERR,
+                  IBV_WC_RECV, "B's receive after the error");
+        expect_bytes(dst.p + 2 * kMsg, guard.data(), kMsg, "the receive posted after the error");
+        expect_cq_empty(p.bs, 0, "B's send CQ");
+        expect_no_async(p.hb.ctx, "B");
+        expect_no_async(p.ha.ctx, "A");
+        release_all();
+    }
+}
+
+// CQ overrun by arriving traffic: a receive CQ smaller than the receives
+// that complete into it. The entries that fit are kept, whole and in
+// order; the rest are lost; IBV_EVENT_CQ_ERR names the CQ, once
+// (completion.cc's cq_push). A READ posted after the SENDs completes only
+// after B has taken every one of them (B answers it after them), so the CQ
+// is checked once nothing more can arrive.
+void test_cq_overrun_by_traffic(void**) {
+    constexpr int kMessages = 16;
+    constexpr size_t kMsg = 100;
+    where("CQ overrun by arriving SENDs");
+    Host ha = new_host();
+    Host hb = new_host();
+    ibv_cq* as = new_cq(ha, 64);
+    ibv_cq* ar = new_cq(ha, 64);
+    ibv_cq* bs = new_cq(hb, 64);
+    ibv_cq* br = new_cq(hb, 4);
+    const int room = br->cqe;
+    EXPECT(room >= 4 && room < kMessages, "a CQ of 4 entries has %d", room);
+    ibv_qp* a = new_qp(ha, as, ar);
+    ibv_qp* b = new_qp(hb, bs, br);
+    connect_qps(a, b, kConfigs[0]);
+    Buf src = new_buf(ha, kMessages * kMsg);
+    pattern(src.p, src.n, 172);
+    Buf dst = new_buf(hb, kMessages * kMsg);
+    Buf remote = new_buf(hb, 64);
+    pattern(remote.p, remote.n, 173);
+    Buf local = new_buf(ha, 64);
+    for (int i = 0; i < kMessages; ++i)
+        post_recv(b, static_cast<uint64_t>(i), {dst.sge(i * kMsg, kMsg)});
+    expect_no_async(hb.ctx, "B before the traffic", 0);
+
+    for (int i = 0; i < kMessages; ++i)
+        post(a, send_wr(100 + static_cast<uint64_t>(i), {src.sge(i * kMsg, kMsg)}));
+    post(a, rdma_wr(IBV_WR_RDMA_READ, 200, {local.sge(0, 64)}, remote.addr(), remote.rkey()));
+    const std::vector<ibv_wc> sent = expect_wcs(as, kMessages + 1, "A's SENDs and READ");
+    for (int i = 0; i < kMessages; ++i)
+        expect_wc(sent[i], 100 + static_cast<uint64_t>(i), IBV_WC_SUCCESS, IBV_WC_SEND, "a SEND");
+    expect_wc(sent[kMessages], 200, IBV_WC_SUCCESS, IBV_WC_RDMA_READ, "the READ after them");
+    expect_landed(local, 0, remote.p, 64, "the READ");
+
+    const ibv_async_event event = expect_async_event(hb.ctx, IBV_EVENT_CQ_ERR, "B's receive CQ");
+    EXPECT(event.element.cq == br, "IBV_EVENT_CQ_ERR names CQ %p, not the overrun one %p",
+           static_cast<void*>(event.element.cq), static_cast<void*>(br));
+    expect_no_async(hb.ctx, "B after the one overrun");
+    expect_no_async(ha.ctx, "A");
+
+    // Exactly the entries that fit, the first ones, each a real receive.
+    const std::vector<ibv_wc> got = drain(br);
+    EXPECT(got.size() == static_cast<size_t>(room), "%zu entries in a CQ of %d", got.size(), room);
+    for (int i = 0; i < room; ++i) {
+        expect_recv(got[i], static_cast<uint64_t>(i), kMsg, "an entry of the overrun CQ");
+        EXPECT(got[i].qp_num == b->qp_num, "entry %d names QP %u, not %u", i, got[i].qp_num,
+               b->qp_num);
+    }
+    expect_bytes(dst.p, src.p, room * kMsg, "the receives whose completions were kept");
+    expect_cq_empty(br, kQuietMs, "the overrun CQ, drained");
+    release_all();
+}
+
 // A WRITE with a bad rkey and a valid READ behind it: the TERMINATE copies
 // back the WRITE's DDP header, so the READ is not the request at fault; it
 // is flushed (as siw does), not reported as a remote access error.
@@ -3057,6 +3185,8 @@ int main(int argc, char** argv) {
         T(test_hostile_read_after_valid_read),
         T(test_hostile_send_too_long),
         T(test_hostile_write_then_read),
+        T(test_receive_queue_exhausted),
+        T(test_cq_overrun_by_traffic),
 
         T(test_raw_write_bad_stag),
         T(test_raw_write_out_of_bounds),
