@@ -13,7 +13,7 @@ build="$top/build-fuzz"
 "$top/scripts/build.sh" "$build" -DUSIW_FUZZ=ON -DCMAKE_BUILD_TYPE=Debug \
     -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++
 mkdir -p "$build/artifacts"
-for target in fpdu mpa; do
+for target in fpdu mpa cm; do
     # A scratch corpus first, so new inputs do not land in the repository's seeds.
     scratch="$build/corpus-$target"
     mkdir -p "$scratch"
