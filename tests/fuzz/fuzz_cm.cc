@@ -311,6 +311,12 @@ void check_reply_outcome(const cm::ReplyOutcome& out, const cm::Offer& offer,
     CHECK(out.ord <= offer.ord);
     CHECK(out.ird >= offer.ird);
     CHECK(out.ird == offer.ird || out.ird <= max_ird_ord);
+    if (offer.enhanced && reply.enhanced) {
+        // RFC 6581: never more RDMA Reads in flight than the responder
+        // serves, and enough IRD for the Reads it will issue.
+        CHECK(out.ord <= reply.params.ird);
+        CHECK(out.ird >= reply.params.ord);
+    }
     CHECK(one_rtr_or_none(out.send_rtr));
     if (!offer.peer_to_peer)
         CHECK(out.send_rtr == wire::kRtrNone);
