@@ -58,6 +58,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <random>
 #include <set>
@@ -148,29 +149,82 @@ std::set<std::string> broker_sockets() {
     return inodes;
 }
 
-// The process's open descriptors, the rendezvous broker's left out.
-int fd_count() {
+// The inodes of this process's Unix sockets (the rendezvous' links between
+// processes are some).
+std::set<std::string> unix_socket_inodes() {
+    std::set<std::string> inodes;
+    char line[512];
+    FILE* f = std::fopen("/proc/self/net/unix", "r");
+    while (f && std::fgets(line, sizeof line, f)) {
+        unsigned long inode = 0;
+        if (std::sscanf(line, "%*s %*s %*s %*s %*s %*s %lu", &inode) == 1)
+            inodes.insert(std::to_string(inode));
+    }
+    if (f)
+        std::fclose(f);
+    return inodes;
+}
+
+// The process's open descriptors, by number, with what each is open on;
+// the rendezvous broker's sockets left out. `unix_fds` gets those that are
+// Unix sockets.
+struct Fds {
+    std::map<int, std::string> open;
+    std::set<int> unix_fds;
+};
+
+Fds open_fds() {
     const std::set<std::string> broker = broker_sockets();
-    int n = 0;
+    const std::set<std::string> unix_inodes = unix_socket_inodes();
+    Fds fds;
     DIR* d = opendir("/proc/self/fd");
     if (!d)
-        return -1;
+        return fds;
+    const int own = dirfd(d);
     while (dirent* e = readdir(d)) {
-        if (e->d_name[0] == '.')
+        if (e->d_name[0] == '.' || std::atoi(e->d_name) == own)
             continue;
-        char target[64] = {};
+        char target[256] = {};
         const std::string path = std::string("/proc/self/fd/") + e->d_name;
-        if (readlink(path.c_str(), target, sizeof target - 1) > 0 &&
-            std::strncmp(target, "socket:[", 8) == 0) {
+        if (readlink(path.c_str(), target, sizeof target - 1) <= 0)
+            continue;  // closed meanwhile
+        const int fd = std::atoi(e->d_name);
+        if (std::strncmp(target, "socket:[", 8) == 0) {
             std::string inode(target + 8);
             inode.pop_back();  // the closing bracket
             if (broker.count(inode))
                 continue;
+            if (unix_inodes.count(inode))
+                fds.unix_fds.insert(fd);
         }
-        ++n;
+        fds.open[fd] = target;
     }
     closedir(d);
-    return n - 1;  // the directory's own descriptor
+    return fds;
+}
+
+int fd_count() {
+    return static_cast<int>(open_fds().open.size());
+}
+
+// Whether this process holds a TCP socket that is not listening: a
+// connection, or the socket of one that ended (no longer in
+// /proc/net/tcp, but open until its owner closes it).
+bool holds_tcp_connection() {
+    for (const auto& [fd, target] : open_fds().open) {
+        int domain = 0, type = 0, listening = 0;
+        socklen_t len = sizeof domain;
+        if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 ||
+            (domain != AF_INET && domain != AF_INET6))
+            continue;
+        len = sizeof type;
+        getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len);
+        len = sizeof listening;
+        getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len);
+        if (type == SOCK_STREAM && !listening)
+            return true;
+    }
+    return false;
 }
 
 long rss_kib() {
@@ -1061,37 +1115,51 @@ bool drain(Conn& c, long posted, Tally* t, const std::function<void(const ibv_wc
     return true;
 }
 
-// The survivor's descriptors are those it had before, once what it
-// released has been closed (the CM closes sockets from its own thread, so
-// this waits for that, up to kMustMs).
-bool fds_back_to(int before) {
+// Whether `now` is `before` again: the same descriptors open on the same
+// things. Only a Unix socket of `before` may be missing: the link of a
+// process to a rendezvous broker that was killed (the survivor then
+// becomes the broker, and the broker's own sockets are left out of both).
+bool same_fds(const Fds& before, const Fds& now) {
+    for (const auto& [fd, target] : now.open) {
+        const auto it = before.open.find(fd);
+        if (it == before.open.end() || it->second != target)
+            return false;
+    }
+    for (const auto& [fd, target] : before.open)
+        if (!now.open.count(fd) && !before.unix_fds.count(fd))
+            return false;
+    return true;
+}
+
+// The survivor's descriptors are exactly those it had before, once what it
+// released has been closed (the CM and the progress engine close sockets
+// from their own threads, so this waits for that, up to kMustMs).
+bool fds_back_to(const Fds& before) {
     const auto start = Clock::now();
-    // At most as many: descriptors that outlived the scenario before (the
-    // rendezvous broker's sockets of members that died) may close meanwhile.
-    while (fd_count() > before) {
+    Fds now = open_fds();
+    while (!same_fds(before, now)) {
         if (elapsed_ms(start) > kMustMs) {
-            // Name what is open, for the failure's reader.
-            DIR* d = opendir("/proc/self/fd");
-            while (dirent* e = d ? readdir(d) : nullptr) {
-                char target[256] = {};
-                const std::string path = std::string("/proc/self/fd/") + e->d_name;
-                if (e->d_name[0] != '.' && readlink(path.c_str(), target, sizeof target - 1) > 0)
-                    std::printf("  open: fd %s -> %s\n", e->d_name, target);
-            }
-            if (d)
-                closedir(d);
+            // Name what differs, for the failure's reader.
+            for (const auto& [fd, target] : now.open)
+                if (!before.open.count(fd) || before.open.at(fd) != target)
+                    std::printf("  open now, not before: fd %d -> %s\n", fd, target.c_str());
+            for (const auto& [fd, target] : before.open)
+                if (!now.open.count(fd))
+                    std::printf("  open before, closed now: fd %d -> %s\n", fd, target.c_str());
             return false;
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        now = open_fds();
     }
     return true;
 }
 
-void expect_no_fd_leak(int before, const std::string& name) {
+void expect_no_fd_leak(const Fds& before, const std::string& name) {
     if (fds_back_to(before))
-        pass(name + ": no descriptor left open");
+        pass(name + ": the same descriptors as before");
     else
-        fail(name + ": " + std::to_string(fd_count() - before) + " descriptors more than before");
+        fail(name + ": not the descriptors of before (" + std::to_string(fd_count()) + " open, " +
+             std::to_string(before.open.size()) + " before)");
 }
 
 // Starts `serve` and connects to it: over rdma_cm (the survivor as
@@ -1256,7 +1324,7 @@ constexpr size_t kReadPart = kRegion / kReadSlots;
 // successes first, READs and replies checked.
 void stream_killed(bool rdv, ibv_wr_opcode op, const std::string& name, ibv_context* ctx,
                    ibv_pd* pd) {
-    const int fds = fd_count();
+    const Fds fds = open_fds();
     {
         Survivor s;
         std::string why;
@@ -1374,7 +1442,7 @@ void stream_killed(bool rdv, ibv_wr_opcode op, const std::string& name, ibv_cont
 // The survivor's connect must fail with an event, not hang; receives
 // posted on its QP flush if the QP went to ERR.
 void connect_fails(const std::string& when, const std::string& name) {
-    const int fds = fd_count();
+    const Fds fds = open_fds();
     {
         Survivor s;
         s.ch = rdma_create_event_channel();
@@ -1481,7 +1549,7 @@ long serve_one(Survivor& s, const std::string& name) {
 // A client that connects over TCP and dies before sending its MPA request;
 // the listener must then serve an honest client as if nothing happened.
 void half_open_killed(const std::string& name) {
-    const int fds = fd_count();
+    const Fds fds = open_fds();
     {
         Survivor s;
         s.ch = rdma_create_event_channel();
@@ -1510,7 +1578,7 @@ void half_open_killed(const std::string& name) {
 // accept must end in an error event or DISCONNECTED, never hang, and the
 // receives posted for it flush.
 void request_client_killed(const std::string& name) {
-    const int fds = fd_count();
+    const Fds fds = open_fds();
     {
         Survivor s;
         s.ch = rdma_create_event_channel();
@@ -1561,7 +1629,7 @@ void request_client_killed(const std::string& name) {
 // An idle connection whose peer dies: the end is reported and every
 // posted receive flushes.
 void idle_killed(bool rdv, const std::string& name, ibv_context* ctx, ibv_pd* pd) {
-    const int fds = fd_count();
+    const Fds fds = open_fds();
     {
         Survivor s;
         std::string why;
@@ -1579,7 +1647,7 @@ void idle_killed(bool rdv, const std::string& name, ibv_context* ctx, ibv_pd* pd
 // our QP must go to ERR with QP_FATAL and flush (after the rendezvous
 // timeout, USIW_RDV_TIMEOUT_MIN_MS).
 void rdv_killed_before_connect(const std::string& name, ibv_context* ctx, ibv_pd* pd) {
-    const int fds = fd_count();
+    const Fds fds = open_fds();
     {
         Survivor s;
         s.peer = spawn_self({"serve", "--rdv"});
@@ -1775,6 +1843,15 @@ void warm_up(ibv_context* ctx, ibv_pd* pd) {
         die("a first round failed: %s %s %s", cm.q.error.c_str(), rdv.q.error.c_str(), why.c_str());
     rdma_destroy_id(listener);
     rdma_destroy_event_channel(ch);
+    // The progress engine closes a released QP's socket from its thread, at
+    // its next round: the scenarios take their descriptors once those are
+    // gone, as they hold no connection between them.
+    const auto start = Clock::now();
+    while (holds_tcp_connection()) {
+        if (elapsed_ms(start) > kMustMs)
+            die("the warm-up's connections are still open %d ms after their release", kMustMs);
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
 }
 
 // --- fork ---
@@ -1920,7 +1997,7 @@ int run_soak(long seconds, int qps) {
         die("no device %s (run under `usiw run`)", device_name());
     ibv_pd* pd = ibv_alloc_pd(ctx);
     warm_up(ctx, pd);
-    const int fds0 = fd_count();
+    const Fds fds0 = open_fds();
     rdma_event_channel* ch = rdma_create_event_channel();
     rdma_cm_id* listener = nullptr;
     const int port = listen_on(ch, &listener, 0);
@@ -2014,7 +2091,8 @@ int run_soak(long seconds, int qps) {
     if (fds_back_to(fds0))
         pass("soak: every descriptor closed at the end");
     else
-        fail("soak: " + std::to_string(fd_count() - fds0) + " descriptors left open at the end");
+        fail("soak: " + std::to_string(fd_count()) + " descriptors open at the end, " +
+             std::to_string(fds0.open.size()) + " at the start");
     return failures ? 1 : 0;
 }
 
