@@ -38,6 +38,7 @@
 #include "cm/negotiation.h"
 #include "cm/rendezvous_rules.h"
 #include "cm/states.h"
+#include "fuzz_check.h"
 #include "wire/mpa.h"
 
 namespace {
@@ -47,14 +48,6 @@ namespace rdv = usiw::cm::rdv;
 namespace wire = usiw::wire;
 using cm::ConnState;
 using cm::MpaFrameReader;
-
-#define CHECK(cond)                                                                       \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
-            std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            std::abort();                                                                 \
-        }                                                                                 \
-    } while (0)
 
 constexpr size_t kMaxStream = 2048;  // well inside a socketpair's buffer
 constexpr uint8_t kAllRtr = wire::kRtrWrite | wire::kRtrRead | wire::kRtrSend;

@@ -23,6 +23,7 @@
 #include <span>
 #include <vector>
 
+#include "fuzz_check.h"
 #include "wire/byte_order.h"
 #include "wire/crc32c.h"
 #include "wire/fpdu.h"
@@ -31,14 +32,6 @@
 using namespace usiw::wire;
 
 namespace {
-
-#define CHECK(cond)                                                                             \
-    do {                                                                                        \
-        if (!(cond)) {                                                                          \
-            fprintf(stderr, "fuzz_fpdu: invariant violated at line %d: %s\n", __LINE__, #cond); \
-            abort();                                                                            \
-        }                                                                                       \
-    } while (0)
 
 using Kind = Deframer::Event::Kind;
 using Phase = Deframer::Phase;

@@ -21,6 +21,7 @@
 #include <span>
 #include <vector>
 
+#include "fuzz_check.h"
 #include "wire/mpa.h"
 
 namespace {
@@ -55,14 +56,6 @@ using usiw::wire::MpaParseResult;
 using usiw::wire::parse_mpa_frame;
 
 using ByteSpan = std::span<const std::byte>;
-
-#define CHECK(cond)                                                                       \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
-            std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            std::abort();                                                                 \
-        }                                                                                 \
-    } while (0)
 
 // Byte 16 bits the frame does not represent: reserved, ignored on receive,
 // zero on send.
