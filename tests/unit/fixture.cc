@@ -212,15 +212,18 @@ ibv_qp* new_qp(const Host& h, ibv_cq* scq, ibv_cq* rcq, const QpOpts& o) {
     ibv_qp* qp = ibv_create_qp(h.pd, &a);
     EXPECT(qp != nullptr, "ibv_create_qp: %s", std::strerror(errno));
     g.qps.push_back(qp);
-    if (o.set_access) {
-        ibv_qp_attr m{};
-        m.qp_state = IBV_QPS_INIT;
-        m.port_num = 1;
-        m.qp_access_flags = static_cast<unsigned>(o.access);
-        const int err = ibv_modify_qp(qp, &m, IBV_QP_STATE | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-        EXPECT(err == 0, "ibv_modify_qp(INIT, access 0x%x): %s", o.access, std::strerror(err));
-    }
+    if (o.set_access)
+        modify_to_init(qp, o.access);
     return qp;
+}
+
+void modify_to_init(ibv_qp* qp, int access) {
+    ibv_qp_attr m{};
+    m.qp_state = IBV_QPS_INIT;
+    m.port_num = 1;
+    m.qp_access_flags = static_cast<unsigned>(access);
+    const int err = ibv_modify_qp(qp, &m, IBV_QP_STATE | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+    EXPECT(err == 0, "ibv_modify_qp(INIT, access 0x%x): %s", access, std::strerror(err));
 }
 
 Buf new_buf(const Host& h, size_t n, int access, uint8_t fill) {

@@ -104,6 +104,8 @@ struct QpOpts {
 };
 
 ibv_qp* new_qp(const Host& h, ibv_cq* scq, ibv_cq* rcq, const QpOpts& o = QpOpts());
+// ibv_modify_qp to INIT on port 1 with `access`; it must succeed.
+void modify_to_init(ibv_qp* qp, int access);
 
 // A registered buffer, filled with kGuard (or `fill`).
 struct Buf {

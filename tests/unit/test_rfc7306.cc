@@ -383,12 +383,7 @@ void test_qp_ex_imm_and_atomics(void**) {
     ibv_qp* qa = ibv_create_qp_ex(ha.ctx, &a);
     EXPECT(qa != nullptr, "ibv_create_qp_ex with immediate data and atomics: %s",
            std::strerror(errno));
-    ibv_qp_attr attr{};
-    attr.qp_state = IBV_QPS_INIT;
-    attr.port_num = 1;
-    attr.qp_access_flags = kAtomicAccess;
-    EXPECT(ibv_modify_qp(qa, &attr, IBV_QP_STATE | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0,
-           "modify_qp INIT");
+    modify_to_init(qa, kAtomicAccess);
     ibv_qp* qb = new_qp(hb, bcq, bcq, atomic_qp());
     connect_qps(qa, qb, kFramings[0]);
     ibv_qp_ex* x = ibv_qp_to_qp_ex(qa);

@@ -253,14 +253,8 @@ void test_10000_qps_and_cqs(void**) {
     // The first and the last, connected to each other, move checked bytes.
     ibv_qp* first = qps.front();
     ibv_qp* last = qps.back();
-    for (ibv_qp* qp : {first, last}) {
-        ibv_qp_attr m{};
-        m.qp_state = IBV_QPS_INIT;
-        m.port_num = 1;
-        m.qp_access_flags = IBV_ACCESS_LOCAL_WRITE;
-        EXPECT(ibv_modify_qp(qp, &m, IBV_QP_STATE | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0,
-               "ibv_modify_qp(INIT)");
-    }
+    modify_to_init(first, IBV_ACCESS_LOCAL_WRITE);
+    modify_to_init(last, IBV_ACCESS_LOCAL_WRITE);
     connect_qps(first, last, Framing{false, 0});
     post_recv(last, 1, {in.sge(0, kMessage)});
     post(first, send_wr(2, {out.sge(0, kMessage)}));
