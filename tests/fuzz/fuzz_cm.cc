@@ -171,6 +171,11 @@ cm::MpaPolicy consume_policy(FuzzedDataProvider& fdp) {
     return p;
 }
 
+// What tcp_mss can give: 0 when unknown, else a TCP_MAXSEG.
+int consume_mss(FuzzedDataProvider& fdp) {
+    return fdp.ConsumeIntegralInRange<int>(0, 65535);
+}
+
 bool one_rtr_or_none(uint8_t rtr) {
     return rtr == wire::kRtrNone || (std::has_single_bit(rtr) && (rtr & kAllRtr) == rtr);
 }
@@ -343,8 +348,11 @@ void initiator_reads(FuzzedDataProvider& fdp) {
     const cm::ReplyOutcome out = cm::judge_reply(policy, offer, reply, max_ird_ord);
     check_reply_outcome(out, offer, reply, max_ird_ord);
     if (out.status == 0) {
+        const usiw::StreamParams s = cm::initiator_stream(out, consume_mss(fdp));
+        CHECK(s.initiator && s.crc == out.crc && s.send_rtr == out.send_rtr);
+        CHECK(s.ird == out.ird && s.ord == out.ord);
+        CHECK(s.max_fpdu >= 64 && s.max_fpdu <= 65536 && s.max_fpdu % 8 == 0);
         c.enter(ConnState::kAttached);
-        CHECK(cm::fpdu_budget(out.gso_both, fdp.ConsumeIntegral<int>()) % 8 == 0);
     }
     c.enter(ConnState::kClosed);
 }
@@ -419,16 +427,22 @@ void usiw_to_usiw(FuzzedDataProvider& fdp) {
         return;
     }
     init.enter(ConnState::kAttached);
-    // Both ends frame the stream alike...
-    CHECK(out.crc == o.crc);
-    CHECK(out.gso_both == o.gso_both);
+    // The streams both ends hand their QPs, over one TCP connection (one
+    // MSS): they frame alike...
+    const int mss = consume_mss(fdp);
+    const usiw::StreamParams is = cm::initiator_stream(out, mss);
+    const usiw::StreamParams rs = cm::responder_stream(o, terms, mss);
+    CHECK(is.initiator && !rs.initiator && rs.hold_tx_until_first_rx);
+    CHECK(is.crc == rs.crc);
+    CHECK(is.max_fpdu == rs.max_fpdu);
     // ... the RTR the initiator sends is the one the responder waits for ...
-    CHECK(out.send_rtr == (o.peer_to_peer ? o.rtr : uint8_t{wire::kRtrNone}));
+    CHECK(is.send_rtr == (o.peer_to_peer ? o.rtr : uint8_t{wire::kRtrNone}));
+    CHECK(rs.expect_send_rtr == (is.send_rtr == wire::kRtrSend));
     // ... and with RFC 6581 on both sides, neither end issues more RDMA
     // Reads than the other serves.
     if (o.enhanced && reply.enhanced) {
-        CHECK(out.ord <= terms.ird);
-        CHECK(terms.ord <= out.ird);
+        CHECK(is.ord <= rs.ird);
+        CHECK(rs.ord <= is.ird);
     }
     init.enter(ConnState::kClosed);
     resp.enter(ConnState::kClosed);

@@ -110,7 +110,7 @@ def initiator(stream, sizes, close_after, pol=None, ird=8, ord_=8, pd=b"", enhan
     s.boolean(short_write).boolean(close_after)
     s.data(stream, MAX_STREAM)
     s.pieces(len(stream), sizes)
-    s.integer(mss, -(1 << 31), (1 << 31) - 1)
+    s.integer(mss, 0, 65535)
     return s.bytes()
 
 
@@ -128,6 +128,7 @@ def usiw_to_usiw(ip, rp, ird, ord_, ipd, req_len, req_sizes, rejects, rpd, app_i
     if not rejects:
         s.integer(app_ird, 0, max_ird_ord).integer(app_ord, 0, max_ird_ord)
     s.pieces(rep_len, rep_sizes)
+    s.integer(1460, 0, 65535)  # the connection's MSS
     return s.bytes()
 
 
