@@ -133,6 +133,12 @@ bool is_usiw_command_fd(int fd) {
     return false;
 }
 
+// Set while libibverbs' own ibv_import_device runs on this thread: it
+// matches the fd against every listed device's sysfs entry, which a
+// kernel-less device does not have, so the list it reads holds only the
+// kernel's devices.
+thread_local bool t_kernel_devices_only = false;
+
 }  // namespace
 }  // namespace usiw
 
@@ -149,7 +155,8 @@ ibv_device**(ibv_get_device_list)(int* num_devices) {
     ibv_device** real_devices = real_list ? real_list(&real_count) : nullptr;
     if (!real_devices)
         real_count = 0;
-    const std::vector<Device*> ours = kernel_less(usiw_devices());
+    const std::vector<Device*> ours =
+        t_kernel_devices_only ? std::vector<Device*>{} : kernel_less(usiw_devices());
     if (ours.empty()) {
         if (num_devices)
             *num_devices = real_count;
@@ -306,7 +313,10 @@ ibv_context* ibv_import_device(int cmd_fd) {
     }
     using Fn = ibv_context* (*)(int);
     static const Fn next = real<Fn>("ibv_import_device", "IBVERBS_1.10");
-    return next(cmd_fd);
+    t_kernel_devices_only = true;
+    ibv_context* context = next(cmd_fd);
+    t_kernel_devices_only = false;
+    return context;
 }
 
 ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
