@@ -20,11 +20,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <span>
 #include <vector>
 
 #include "verbs/device_registry.h"
+#include "verbs/fork_guard.h"
 #include "verbs/log.h"
 #include "verbs/verbs.h"
 
@@ -115,19 +117,30 @@ int fill_gid_entry(Device* d, uint32_t port_num, uint32_t index, ibv_gid_entry* 
     return 0;
 }
 
-// Whether `fd` is the command fd of an open usiw context (verbs/context.cc
-// makes it: a pipe's read end).
-bool is_usiw_command_fd(int fd) {
+// What ibv_import_device needs of the context a command fd belongs to,
+// taken while the context is known to be open (it may close meanwhile).
+struct CommandFdOwner {
+    Device* device = nullptr;
+    std::shared_ptr<ObjectSpace> space;
+    uint32_t fork_generation = 0;
+};
+
+// Whether `fd` is (a dup of) the command fd of an open kernel-less usiw
+// context of this process. verbs/context.cc makes that fd: a pipe's read
+// end, which names the context.
+bool find_command_fd_owner(int fd, CommandFdOwner* owner) {
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode))
         return false;
-    for (Device* d : usiw_devices_added()) {
+    for (Device* d : kernel_less(usiw_devices_added())) {
         std::lock_guard lock(d->mutex);
         for (Context* ctx : d->open_contexts) {
             struct stat own;
             if (fstat(ctx->ibv()->cmd_fd, &own) == 0 && own.st_dev == st.st_dev &&
-                own.st_ino == st.st_ino)
+                own.st_ino == st.st_ino) {
+                *owner = CommandFdOwner{d, ctx->space, ctx->fork_generation};
                 return true;
+            }
         }
     }
     return false;
@@ -301,15 +314,30 @@ int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, size_t siz
     return next(dir, file, buf, size);
 }
 
-// Importing a context shares its objects through the kernel's uverbs file
-// (another process may hold the fd), which a usiw device does not have:
-// the objects live in this process's memory. Refused with EOPNOTSUPP, as
-// libibverbs refuses a provider without import_context.
+// A kernel-less usiw context is imported here, not by libibverbs: its
+// command fd is a pipe (libibverbs wants the kernel's uverbs character
+// device, and then issues an ioctl on it). The new context shares the
+// original's objects (verbs/import.cc), which live in this process: a
+// command fd from another process names nothing here, and libibverbs
+// refuses it (EINVAL: not a uverbs device); one inherited across fork()
+// fails with EPERM, as every object of the parent does (verbs/fork_guard.h).
 ibv_context* ibv_import_device(int cmd_fd) {
-    if (is_usiw_command_fd(cmd_fd)) {
-        log_debug("ibv_import_device: a usiw context cannot be imported (no kernel object)");
-        errno = EOPNOTSUPP;
-        return nullptr;
+    CommandFdOwner owner;
+    if (find_command_fd_owner(cmd_fd, &owner)) {
+        if (inherited(owner.fork_generation)) {
+            log_debug(
+                "ibv_import_device: fd %d is the command fd of a context of the parent "
+                "process; its objects are not in this one",
+                cmd_fd);
+            errno = EPERM;
+            return nullptr;
+        }
+        ImportRequest request;
+        request.space = std::move(owner.space);
+        request.cmd_fd = cmd_fd;
+        // Opened through libibverbs, which completes the context as for
+        // ibv_open_device; the provider sees the request (glue/provider.cc).
+        return verbs_open_device(owner.device->ibv(), &request);
     }
     using Fn = ibv_context* (*)(int);
     static const Fn next = real<Fn>("ibv_import_device", "IBVERBS_1.10");

@@ -33,7 +33,12 @@ namespace usiw {
 
 namespace {
 
-verbs_context* alloc_context(ibv_device* device, int cmd_fd, void*) {
+verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data) {
+    // ibv_import_device of a kernel-less context (glue/interpose.cc): a
+    // context on the object space of the one imported, with the command fd
+    // the application gave.
+    if (const ImportRequest* request = import_request(private_data))
+        return open_context(to_device(device), request->cmd_fd, nullptr, request->space);
     // A command fd means a kernel device, i.e. the shim's: its objects and
     // events go through the kernel.
     return open_context(to_device(device), cmd_fd, cmd_fd >= 0 ? shim::make_backing() : nullptr);
@@ -56,6 +61,10 @@ const verbs_device_ops& device_ops() {
         .static_providers = nullptr,
         .match_device = shim::match_device,
         .alloc_context = alloc_context,
+        // libibverbs' ibv_import_device calls it for a kernel device only
+        // (a character device, then an ioctl on it); a kernel-less device
+        // is imported by the interposer (glue/interpose.cc). The kernel
+        // shim's contexts cannot be imported yet.
         .import_context = nullptr,
         .alloc_device = shim::alloc_device,
         .uninit_device = uninit_device,

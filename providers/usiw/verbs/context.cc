@@ -104,7 +104,8 @@ int open_unbacked(Context* ctx) {
 
 }  // namespace
 
-verbs_context* open_context(Device* device, int cmd_fd, std::unique_ptr<ContextBacking> backing) {
+verbs_context* open_context(Device* device, int cmd_fd, std::unique_ptr<ContextBacking> backing,
+                            std::shared_ptr<ObjectSpace> space) {
     if (cmd_fd < 0)
         cmd_fd = make_command_fd();  // -1 if it cannot be made: then the context has none
     auto* shell = static_cast<ContextShell*>(_verbs_init_and_alloc_context(
@@ -113,7 +114,7 @@ verbs_context* open_context(Device* device, int cmd_fd, std::unique_ptr<ContextB
     if (!shell)
         return nullptr;  // libibverbs closed cmd_fd and set errno
 
-    auto* ctx = new (std::nothrow) Context;
+    auto* ctx = space ? new (std::nothrow) Context(std::move(space)) : new (std::nothrow) Context;
     int err = ctx ? 0 : ENOMEM;
     if (ctx) {
         shell->state = ctx;
@@ -182,6 +183,8 @@ const verbs_context_ops& context_ops() {
         o.destroy_qp = destroy_qp;
         o.destroy_srq = destroy_srq;
         o.free_context = free_context;
+        o.import_mr = import_mr;
+        o.import_pd = import_pd;
         o.modify_qp = modify_qp;
         o.modify_srq = modify_srq;
         o.poll_cq = poll_cq;
@@ -196,6 +199,8 @@ const verbs_context_ops& context_ops() {
         o.req_notify_cq = req_notify_cq;
         o.rereg_mr = rereg_mr;
         o.resize_cq = resize_cq;
+        o.unimport_mr = unimport_mr;
+        o.unimport_pd = unimport_pd;
         return o;
     }();
     return ops;

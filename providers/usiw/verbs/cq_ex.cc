@@ -105,7 +105,8 @@ ibv_cq_ex* create_cq_ex(ibv_context* ibctx, ibv_cq_init_attr_ex* attr) {
     ibv_pd* domain = nullptr;
     if (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) {
         domain = attr->parent_domain;
-        if (!domain || domain->context != ibctx || !to_pd(domain)->protection) {
+        if (!domain || domain->context != ibctx || !to_pd(domain)->protection ||
+            to_pd(domain)->imported) {
             log_debug("create_cq_ex: parent_domain must be a parent domain of this context");
             errno = EINVAL;
             return nullptr;

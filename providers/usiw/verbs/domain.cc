@@ -56,7 +56,9 @@ ibv_pd* alloc_parent_domain(ibv_context* ibctx, ibv_parent_domain_init_attr* att
         IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
     if (!attr || !attr->pd || attr->pd->context != ibctx || to_pd(attr->pd)->protection ||
         (attr->td && attr->td->context != ibctx)) {
-        log_debug("alloc_parent_domain: needs a PD (not a parent domain) of this context");
+        log_debug(
+            "alloc_parent_domain: needs a PD (not a parent domain nor an imported PD) of "
+            "this context");
         errno = EINVAL;
         return nullptr;
     }
@@ -115,7 +117,9 @@ DomainUse use_domain(ibv_pd* ibpd) {
 
 void release_domain(ibv_pd* ibpd) {
     Pd* given = to_pd(ibpd);
-    if (given->protection)
+    if (given->imported)
+        release_imported_pd(given);  // freed here if it was unimported meanwhile
+    else if (given->protection)
         given->users.fetch_sub(1);
 }
 

@@ -66,8 +66,19 @@ ibv_pd* alloc_pd(ibv_context* ibctx) {
             errno = err;
             return nullptr;
         }
-    } else {
-        pd->ibv.handle = ctx->pd_count;
+    }
+    ObjectSpace& space = *ctx->space;
+    {
+        std::lock_guard lock(space.mutex);
+        if (!ctx->backing) {
+            // Unique among the live PDs of the object space and never 0, as
+            // the kernel's handles: ibv_import_pd names a PD by it.
+            do {
+                ++space.last_pd_handle;
+            } while (space.last_pd_handle == 0 || space.pds.contains(space.last_pd_handle));
+            pd->ibv.handle = space.last_pd_handle;
+        }
+        space.pds[pd->ibv.handle] = pd;
     }
     pd->ibv.context = ibctx;
     return &pd->ibv;
@@ -75,14 +86,25 @@ ibv_pd* alloc_pd(ibv_context* ibctx) {
 
 int dealloc_pd(ibv_pd* ibpd) {
     Pd* pd = to_pd(ibpd);
+    if (pd->imported) {
+        // Only its original's context may destroy a PD (verbs/import.cc).
+        log_debug("dealloc_pd: PD %u is imported: release it with ibv_unimport_pd", ibpd->handle);
+        return EINVAL;
+    }
     if (pd->protection)
         return dealloc_parent_domain(pd);
-    if (pd->users.load() != 0)
-        return EBUSY;
     Context* ctx = pd->context;
-    if (ctx->backing) {
-        if (int err = ctx->backing->dealloc_pd(pd))
-            return err;
+    ObjectSpace& space = *ctx->space;
+    {
+        // Under the space's lock: an import takes the PD in use under it.
+        std::lock_guard lock(space.mutex);
+        if (pd->users.load() != 0)
+            return EBUSY;
+        if (ctx->backing) {
+            if (int err = ctx->backing->dealloc_pd(pd))
+                return err;
+        }
+        space.pds.erase(pd->ibv.handle);
     }
     delete pd;
     std::lock_guard lock(ctx->objects_mutex);
@@ -91,8 +113,10 @@ int dealloc_pd(ibv_pd* ibpd) {
 }
 
 ibv_mr* reg_mr(ibv_pd* ibpd, void* addr, size_t length, uint64_t hca_va, int access) {
-    Pd* pd = protection_of(to_pd(ibpd));  // an MR on a parent domain is its PD's
-    Context* ctx = pd->context;
+    // An MR on a parent domain or an imported PD is its PD's; it belongs to
+    // the context it was registered through.
+    Pd* pd = protection_of(to_pd(ibpd));
+    Context* ctx = to_context(ibpd->context);
     if (int err = validate_access(access)) {
         log_debug("reg_mr: access flags 0x%x refused", access);
         errno = err;
@@ -141,7 +165,7 @@ ibv_mr* reg_mr(ibv_pd* ibpd, void* addr, size_t length, uint64_t hca_va, int acc
         m.handle = mr->stag >> 8;
     }
     mr->pd = pd;
-    m.context = pd->ibv.context;
+    m.context = ibpd->context;
     m.pd = ibpd;
     m.addr = addr;
     m.length = length;
@@ -150,12 +174,17 @@ ibv_mr* reg_mr(ibv_pd* ibpd, void* addr, size_t length, uint64_t hca_va, int acc
     mr->vmr.mr_type = USIW_IBV_MR_TYPE_MR;
     mr->vmr.access = access;
     pd->users.fetch_add(1);
+    std::lock_guard lock(ctx->space->mutex);
+    ctx->space->mrs[m.handle] = mr;
     return &m;
 }
 
 int rereg_mr(verbs_mr* vmr, int flags, ibv_pd* new_ibpd, void* addr, size_t length, int access) {
     Mr* mr = to_mr(vmr);
-    if (mr->pd->context->backing)
+    if (mr->imported)
+        return EINVAL;  // only the original's context may change it
+    Context* ctx = to_context(vmr->ibv_mr.context);
+    if (ctx->backing)
         return EOPNOTSUPP;  // the kernel pinned the old range; register anew instead
     if (flags &
         ~(IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS))
@@ -163,7 +192,7 @@ int rereg_mr(verbs_mr* vmr, int flags, ibv_pd* new_ibpd, void* addr, size_t leng
     if ((flags & IBV_REREG_MR_CHANGE_PD) && !new_ibpd)
         return EINVAL;
     Pd* pd = (flags & IBV_REREG_MR_CHANGE_PD) ? protection_of(to_pd(new_ibpd)) : mr->pd;
-    if (pd->context != mr->pd->context)
+    if (pd->context->space != ctx->space)
         return EINVAL;
     const int new_access = (flags & IBV_REREG_MR_CHANGE_ACCESS) ? access : vmr->access;
     if (int err = validate_access(new_access))
@@ -181,22 +210,23 @@ int rereg_mr(verbs_mr* vmr, int flags, ibv_pd* new_ibpd, void* addr, size_t leng
         return err;
     // Bound windows name the region's memory and rights as they are.
     // (libibverbs answers IBV_REREG_MR_ERR_CMD; errno says why.)
-    if (mr->pd->context->stags.has_bound_windows(mr->stag)) {
+    if (ctx->stags.has_bound_windows(mr->stag)) {
         errno = EBUSY;
         return EBUSY;
     }
     // The tagged offset of a re-registered region is its new address, as
     // ibv_rereg_mr has no IOVA argument.
     StagRegion old;
-    if (!mr->pd->context->stags.lookup(mr->stag, &old))
+    if (!ctx->stags.lookup(mr->stag, &old))
         return EINVAL;
     const uint64_t iova = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? start : old.iova;
-    if (!mr->pd->context->stags.update(mr->stag, pd, start, iova, new_length,
-                                       static_cast<unsigned>(new_access)))
+    if (!ctx->stags.update(mr->stag, pd, start, iova, new_length,
+                           static_cast<unsigned>(new_access)))
         return EINVAL;
     if (pd != mr->pd) {
         pd->users.fetch_add(1);
         mr->pd->users.fetch_sub(1);
+        std::lock_guard lock(ctx->space->mutex);  // import_mr reads it
         mr->pd = pd;
     }
     vmr->access = new_access;
@@ -205,7 +235,13 @@ int rereg_mr(verbs_mr* vmr, int flags, ibv_pd* new_ibpd, void* addr, size_t leng
 
 int dereg_mr(verbs_mr* vmr) {
     Mr* mr = to_mr(vmr);
-    Context* ctx = mr->pd->context;
+    if (mr->imported) {
+        // Only its original's context may deregister it (verbs/import.cc).
+        log_debug("dereg_mr: MR %u is imported: release it with ibv_unimport_mr",
+                  vmr->ibv_mr.handle);
+        return EINVAL;
+    }
+    Context* ctx = to_context(vmr->ibv_mr.context);
     if (ctx->backing) {
         // Unpinned only when it can go: a region with windows bound stays.
         if (ctx->stags.has_bound_windows(mr->stag))
@@ -217,6 +253,10 @@ int dereg_mr(verbs_mr* vmr) {
     // are unbound, invalidated or deallocated.
     if (ctx->stags.remove_region(mr->stag) == EBUSY)
         return EBUSY;
+    {
+        std::lock_guard lock(ctx->space->mutex);
+        ctx->space->mrs.erase(vmr->ibv_mr.handle);
+    }
     mr->pd->users.fetch_sub(1);
     delete mr;
     return 0;
@@ -228,7 +268,7 @@ ibv_mw* alloc_mw(ibv_pd* ibpd, ibv_mw_type type) {
         return nullptr;
     }
     Pd* pd = protection_of(to_pd(ibpd));
-    Context* ctx = pd->context;
+    Context* ctx = to_context(ibpd->context);
     {
         std::lock_guard lock(ctx->objects_mutex);
         if (ctx->mw_count >= kMaxMw) {
@@ -250,7 +290,7 @@ ibv_mw* alloc_mw(ibv_pd* ibpd, ibv_mw_type type) {
     }
     mw->pd = pd;
     mw->index = stag >> 8;
-    mw->ibv.context = pd->ibv.context;
+    mw->ibv.context = ibpd->context;
     mw->ibv.pd = ibpd;
     mw->ibv.rkey = stag;
     mw->ibv.handle = mw->index;
@@ -261,7 +301,7 @@ ibv_mw* alloc_mw(ibv_pd* ibpd, ibv_mw_type type) {
 
 int dealloc_mw(ibv_mw* ibmw) {
     Mw* mw = to_mw(ibmw);
-    Context* ctx = mw->pd->context;
+    Context* ctx = to_context(ibmw->context);
     ctx->stags.remove_window(mw->index);  // bound or not: the STag stops working
     mw->pd->users.fetch_sub(1);
     delete mw;

@@ -62,14 +62,21 @@ struct Pd {
     // domain `protection`, which objects created on it belong to, with a
     // thread domain and the application's allocator for queue memory.
     Pd* protection = nullptr;  // null for an ordinary PD
+    // An imported PD (ibv_import_pd) stands for the PD `protection` in the
+    // context that imported it (verbs/import.cc). Its `users` count the
+    // import itself besides the objects created on it: it is freed when the
+    // last of them lets go, so ibv_unimport_pd may come before the QPs on
+    // it are destroyed.
+    bool imported = false;
     Td* td = nullptr;
     QueueMemory memory;
 };
 
 struct Mr {
     verbs_mr vmr{};
-    Pd* pd = nullptr;
+    Pd* pd = nullptr;  // null for an imported MR: a copy of the original's keys
     uint32_t stag = 0;
+    bool imported = false;  // made by ibv_import_mr (verbs/import.cc)
 };
 
 // A memory window (ibv_alloc_mw): its STag lives in the STag table, by
@@ -208,6 +215,20 @@ struct Qp {
     WrBatch wr;  // the ibv_wr_* section in progress
 };
 
+// What a context's command fd names, as the kernel's uverbs file holds a
+// context's objects: the STag table (MRs and windows) and the PDs and MRs by
+// handle. ibv_import_device gives another context of the same process the
+// same object space (verbs/import.cc), so that PDs and MRs imported by
+// handle are the originals for every access check.
+struct ObjectSpace {
+    StagTable stags;
+
+    std::mutex mutex;  // protects everything below
+    uint32_t last_pd_handle = 0;
+    std::unordered_map<uint32_t, Pd*> pds;  // live PDs (not parent domains) by handle
+    std::unordered_map<uint32_t, Mr*> mrs;  // live MRs (not imported ones) by handle
+};
+
 // A usiw device opened by an application: the verbs_context rdma-core hands
 // out, plus usiw's state for it. The verbs_context must be the memory block
 // libibverbs initialised, so the C++ state lives behind `state`.
@@ -217,6 +238,10 @@ struct ContextShell {
 };
 
 struct Context {
+    Context() = default;
+    // A context that shares `space` with the context it was imported from.
+    explicit Context(std::shared_ptr<ObjectSpace> shared) : space(std::move(shared)) {}
+
     ContextShell* shell = nullptr;
     Device* device = nullptr;
     int async_write_fd = -1;       // the read end is ibv_context::async_fd; -1 with a backing
@@ -224,7 +249,8 @@ struct Context {
     // The kernel shim's objects and events for a device it backs; null for a
     // kernel-less device (context_backing.h).
     std::unique_ptr<ContextBacking> backing;
-    StagTable stags;
+    std::shared_ptr<ObjectSpace> space = std::make_shared<ObjectSpace>();
+    StagTable& stags = space->stags;
 
     std::mutex objects_mutex;  // protects the counts below
     uint32_t pd_count = 0;

@@ -139,7 +139,9 @@ void release(Qp* qp) {
 
 ibv_qp* create_qp_common(ibv_pd* ibpd, ibv_qp_init_attr_ex* attr) {
     Pd* pd = protection_of(to_pd(ibpd));
-    Context* ctx = pd->context;
+    // The context the PD was handed out by: for an imported PD, the
+    // importing context, not its original's.
+    Context* ctx = to_context(ibpd->context);
     ibv_context* ibctx = ctx->ibv();
     if (attr->qp_type != IBV_QPT_RC) {
         log_debug("create_qp: QP type %d does not exist in iWARP; only RC", attr->qp_type);

@@ -185,6 +185,8 @@ void* _verbs_init_and_alloc_context(ibv_device* device, int cmd_fd, size_t alloc
                                     verbs_context* context_offset, uint32_t driver_id);
 void verbs_uninit_context(verbs_context* context);
 void verbs_set_ops(verbs_context* vctx, const verbs_context_ops* ops);
+// ibv_open_device with the provider's private data (handed to alloc_context).
+ibv_context* verbs_open_device(ibv_device* device, void* private_data);
 
 }  // extern "C"
 
@@ -221,6 +223,8 @@ static_assert(offsetof(verbs_context_ops, dealloc_pd) == 208);
 static_assert(offsetof(verbs_context_ops, dealloc_td) == 216);
 static_assert(offsetof(verbs_context_ops, dereg_mr) == 224);
 static_assert(offsetof(verbs_context_ops, free_context) == 312);
+static_assert(offsetof(verbs_context_ops, import_mr) == 344);
+static_assert(offsetof(verbs_context_ops, import_pd) == 352);
 static_assert(offsetof(verbs_context_ops, modify_qp) == 376);
 static_assert(offsetof(verbs_context_ops, poll_cq) == 424);
 static_assert(offsetof(verbs_context_ops, post_recv) == 432);
@@ -230,6 +234,7 @@ static_assert(offsetof(verbs_context_ops, query_port) == 480);
 static_assert(offsetof(verbs_context_ops, reg_mr) == 544);
 static_assert(offsetof(verbs_context_ops, req_notify_cq) == 552);
 static_assert(offsetof(verbs_context_ops, rereg_mr) == 560);
+static_assert(offsetof(verbs_context_ops, unimport_mr) == 592);
 static_assert(offsetof(verbs_context_ops, unimport_pd) == 600);
 
 static_assert(offsetof(verbs_mr, mr_type) == sizeof(ibv_mr));

@@ -11,7 +11,7 @@ namespace usiw {
 
 ibv_srq* create_srq(ibv_pd* ibpd, ibv_srq_init_attr* init) {
     Pd* pd = protection_of(to_pd(ibpd));
-    Context* ctx = pd->context;
+    Context* ctx = to_context(ibpd->context);  // the importing one, for an imported PD
     ibv_srq_attr& a = init->attr;
     if (a.max_wr == 0 || a.max_wr > kMaxSrqWr || a.max_sge == 0 || a.max_sge > kMaxSrqSge ||
         a.srq_limit > a.max_wr) {

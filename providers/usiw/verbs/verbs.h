@@ -18,7 +18,8 @@ const verbs_context_ops& context_ops();
 // events there (null for a kernel-less device). Returns nullptr with errno
 // set on failure.
 verbs_context* open_context(Device* device, int cmd_fd,
-                            std::unique_ptr<ContextBacking> backing = nullptr);
+                            std::unique_ptr<ContextBacking> backing = nullptr,
+                            std::shared_ptr<ObjectSpace> space = nullptr);
 
 // The QP with this number in `ctx`, or nullptr (rdma_connect/accept may
 // name a QP by number when the application created it itself).
@@ -40,7 +41,7 @@ int post_built_sends(Qp* qp, size_t tail, size_t n);
 int cq_take_entries(Cq* cq, int num_entries, ibv_wc* wc);
 
 // The protection domain behind a PD handed in by the application: itself,
-// or the one a parent domain extends.
+// the one a parent domain extends, or the one an imported PD stands for.
 inline Pd* protection_of(Pd* pd) {
     return pd->protection ? pd->protection : pd;
 }
@@ -58,6 +59,23 @@ struct DomainUse {
 DomainUse use_domain(ibv_pd* pd);
 void release_domain(ibv_pd* pd);
 int dealloc_parent_domain(Pd* domain);
+
+// Importing a context's objects into another context of this process
+// (verbs/import.cc). ibv_import_device (glue/interpose.cc) opens the device
+// through libibverbs with an ImportRequest as the provider's private data;
+// the provider then opens a context that shares `space`, whose command fd
+// is `cmd_fd`.
+struct ImportRequest {
+    static constexpr uint64_t kMagic = 0x7573697749465254;  // "usiwIFRT"
+    uint64_t magic = kMagic;
+    std::shared_ptr<ObjectSpace> space;
+    int cmd_fd = -1;
+};
+// The import request behind a provider's private data, or nullptr.
+const ImportRequest* import_request(const void* private_data);
+// Drops one hold on an imported PD (its import or an object on it); the
+// last frees it.
+void release_imported_pd(Pd* pd);
 
 // Gives a QP created with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS its ibv_wr_*
 // calls (verbs/qp_ex.cc). EOPNOTSUPP when `send_ops_flags` asks for an
@@ -104,5 +122,9 @@ int dereg_mr(verbs_mr* vmr);
 ibv_mw* alloc_mw(ibv_pd* pd, ibv_mw_type type);
 int dealloc_mw(ibv_mw* mw);
 int bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* mw_bind);
+ibv_pd* import_pd(ibv_context* context, uint32_t pd_handle);
+void unimport_pd(ibv_pd* pd);
+ibv_mr* import_mr(ibv_pd* pd, uint32_t mr_handle);
+void unimport_mr(ibv_mr* mr);
 
 }  // namespace usiw
