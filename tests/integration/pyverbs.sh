@@ -116,6 +116,9 @@ ACKED_RUN=(
     test_mr.MWTest.test_mw_type2_invalidate_remote
     test_mr.MWTest.test_mw_type2_invalidate_dealloc
     test_qpex.QpExTestCase.test_qp_ex_rc_bind_mw
+    # a context, PD and MR imported by handle (ibv_import_device on a dup
+    # of the command fd), with RDMA WRITE traffic through them
+    test_shared_pd.SharedPDTestCase.test_imported_rc_ex_rdma_write
 )
 
 # Run as root only, in a private mount namespace (the rdma_cm section).
@@ -192,7 +195,6 @@ SKIP=(
     "test_rdmacm.CMTestCase.test_rdmacm_async_multicast_traffic|multicast: $UD"
     "test_rdmacm.CMTestCase.test_rdmacm_async_ex_multicast_traffic|multicast: $UD"
     "test_rdmacm.CMTestCase.test_rdmacm_async_ex_leave_multicast_traffic|multicast: $UD"
-    "test_shared_pd.SharedPDTestCase|imports the context through its kernel uverbs file (ibv_import_device): a usiw context's objects live in its process, with no kernel object to share, so usiw refuses with EOPNOTSUPP and the test skips (its traffic would need USIW_COMPLETION=acked, as ACKED_RUN)"
     "test_parent_domain.ParentDomainTrafficTest.test_mem_align_ud_traffic|UD QPs; $UD"
     "test_relaxed_ordering.RoTestCase.test_ro_ud_traffic|UD QPs; $UD"
     "test_relaxed_ordering.RoTestCase.test_ro_xrc_traffic|XRC QPs: an InfiniBand transport, not iWARP"
