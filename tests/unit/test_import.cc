@@ -82,6 +82,16 @@ Imported import_all(const Host& h, const Buf& b) {
     return i;
 }
 
+// `import` (a call of ibv_import_*) is refused with errno `want`.
+template <typename Import>
+void expect_refused(Import import, int want, const char* what) {
+    errno = 0;
+    const void* got = import();
+    const int err = errno;
+    EXPECT(got == nullptr && err == want, "%s: %s, errno %d (%s); expected errno %d (%s)", what,
+           got ? "imported" : "refused", err, std::strerror(err), want, std::strerror(want));
+}
+
 // The exit status of this binary run as `--import-fd fd`: the errno its
 // ibv_import_device got.
 int import_in_new_process(int fd) {
@@ -173,28 +183,23 @@ void test_import_failures(void**) {
     ibv_context* ictx = import_device(h.ctx);
 
     where("unknown handles");
-    errno = 0;
-    EXPECT(ibv_import_pd(ictx, kNoSuchHandle) == nullptr && errno == ENOENT,
-           "importing PD handle %u: errno %d", kNoSuchHandle, errno);
+    expect_refused([&] { return ibv_import_pd(ictx, kNoSuchHandle); }, ENOENT,
+                   "importing an unknown PD handle");
     ibv_pd* ipd = ibv_import_pd(ictx, h.pd->handle);
     EXPECT(ipd != nullptr, "ibv_import_pd: %s", std::strerror(errno));
-    errno = 0;
-    EXPECT(ibv_import_mr(ipd, kNoSuchHandle) == nullptr && errno == ENOENT,
-           "importing MR handle %u: errno %d", kNoSuchHandle, errno);
+    expect_refused([&] { return ibv_import_mr(ipd, kNoSuchHandle); }, ENOENT,
+                   "importing an unknown MR handle");
 
     where("an MR of another PD");
     ibv_pd* lone = ibv_alloc_pd(h.ctx);
     EXPECT(lone != nullptr, "ibv_alloc_pd: %s", std::strerror(errno));
     ibv_mr* other = ibv_reg_mr(lone, b.p, b.n, IBV_ACCESS_LOCAL_WRITE);
     EXPECT(other != nullptr, "ibv_reg_mr: %s", std::strerror(errno));
-    errno = 0;
-    EXPECT(ibv_import_mr(ipd, other->handle) == nullptr && errno == EINVAL,
-           "importing an MR of another PD: errno %d", errno);
+    expect_refused([&] { return ibv_import_mr(ipd, other->handle); }, EINVAL,
+                   "importing an MR of another PD");
     const uint32_t gone = other->handle;
     EXPECT(ibv_dereg_mr(other) == 0, "ibv_dereg_mr");
-    errno = 0;
-    EXPECT(ibv_import_mr(ipd, gone) == nullptr && errno == ENOENT,
-           "importing a deregistered MR: errno %d", errno);
+    expect_refused([&] { return ibv_import_mr(ipd, gone); }, ENOENT, "importing a deregistered MR");
 
     where("an import is released by unimporting it only");
     ibv_mr* imr = ibv_import_mr(ipd, b.mr->handle);
@@ -211,25 +216,21 @@ void test_import_failures(void**) {
     ibv_unimport_pd(ilone);
     const uint32_t lone_handle = lone->handle;
     EXPECT(ibv_dealloc_pd(lone) == 0, "ibv_dealloc_pd once the import is released");
-    errno = 0;
-    EXPECT(ibv_import_pd(ictx, lone_handle) == nullptr && errno == ENOENT,
-           "importing a deallocated PD: errno %d", errno);
+    expect_refused([&] { return ibv_import_pd(ictx, lone_handle); }, ENOENT,
+                   "importing a deallocated PD");
 
     where("fds that are no usiw command fd");
     int fds[2];
     EXPECT(pipe(fds) == 0, "pipe: %s", std::strerror(errno));
-    errno = 0;
-    EXPECT(ibv_import_device(fds[0]) == nullptr && errno == EINVAL,
-           "importing a pipe of this process: errno %d", errno);
+    expect_refused([&] { return ibv_import_device(fds[0]); }, EINVAL,
+                   "importing a pipe of this process");
     close(fds[0]);
     close(fds[1]);
     // A character device, which libibverbs matches against the kernel's
     // devices only: no usiw device (they have no sysfs entry) is looked at.
     const int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
     EXPECT(null_fd >= 0, "open /dev/null: %s", std::strerror(errno));
-    errno = 0;
-    EXPECT(ibv_import_device(null_fd) == nullptr && errno == ENODEV,
-           "importing /dev/null: errno %d", errno);
+    expect_refused([&] { return ibv_import_device(null_fd); }, ENODEV, "importing /dev/null");
     close(null_fd);
 
     where("another process");

@@ -20,6 +20,7 @@
 // stop working, as they would with the kernel.
 #include <cerrno>
 #include <new>
+#include <unordered_map>
 
 #include "verbs/log.h"
 #include "verbs/verbs.h"
@@ -31,30 +32,40 @@ const ImportRequest* import_request(const void* private_data) {
     return request && request->magic == ImportRequest::kMagic ? request : nullptr;
 }
 
+namespace {
+
+// The object `handle` names in `objects` (a map of the object space, whose
+// lock the caller holds), or nullptr with errno ENOENT.
+template <typename T>
+T* find_by_handle(const std::unordered_map<uint32_t, T*>& objects, uint32_t handle,
+                  const char* kind, const Context* ctx) {
+    const auto found = objects.find(handle);
+    if (found != objects.end())
+        return found->second;
+    log_debug("import: no %s with handle %u in the object space of %s's context", kind, handle,
+              ctx->device->name.c_str());
+    errno = ENOENT;
+    return nullptr;
+}
+
+}  // namespace
+
 ibv_pd* import_pd(ibv_context* ibctx, uint32_t pd_handle) {
     Context* ctx = to_context(ibctx);
+    ObjectSpace& space = *ctx->space;
+    // Under the space's lock, which dealloc_pd takes to check that a PD is
+    // unused before it frees it: the original is held in use under it.
+    std::lock_guard lock(space.mutex);
+    Pd* original = find_by_handle(space.pds, pd_handle, "PD", ctx);
+    if (!original)
+        return nullptr;
     auto* imported = new (std::nothrow) Pd;
     if (!imported) {
         errno = ENOMEM;
         return nullptr;
     }
-    ObjectSpace& space = *ctx->space;
-    {
-        std::lock_guard lock(space.mutex);
-        const auto found = space.pds.find(pd_handle);
-        if (found == space.pds.end()) {
-            log_debug("import_pd: no PD with handle %u in %s's context", pd_handle,
-                      ctx->device->name.c_str());
-            delete imported;
-            errno = ENOENT;
-            return nullptr;
-        }
-        Pd* original = found->second;
-        // Held in use under the space's lock, which dealloc_pd takes to
-        // check that a PD is unused before it frees it.
-        original->users.fetch_add(1);
-        imported->protection = original;
-    }
+    original->users.fetch_add(1);
+    imported->protection = original;
     imported->imported = true;
     imported->users = 1;  // the import itself
     imported->context = ctx;
@@ -84,27 +95,19 @@ void unimport_pd(ibv_pd* ibpd) {
 
 ibv_mr* import_mr(ibv_pd* ibpd, uint32_t mr_handle) {
     Context* ctx = to_context(ibpd->context);
-    Pd* pd = protection_of(to_pd(ibpd));
+    ObjectSpace& space = *ctx->space;
+    std::lock_guard lock(space.mutex);
+    const Mr* original = find_by_handle(space.mrs, mr_handle, "MR", ctx);
+    if (!original)
+        return nullptr;
+    if (original->pd != protection_of(to_pd(ibpd))) {
+        log_debug("import_mr: MR %u belongs to another PD than PD %u", mr_handle, ibpd->handle);
+        errno = EINVAL;
+        return nullptr;
+    }
     auto* imported = new (std::nothrow) Mr;
     if (!imported) {
         errno = ENOMEM;
-        return nullptr;
-    }
-    ObjectSpace& space = *ctx->space;
-    std::lock_guard lock(space.mutex);
-    const auto found = space.mrs.find(mr_handle);
-    if (found == space.mrs.end()) {
-        log_debug("import_mr: no MR with handle %u in %s's context", mr_handle,
-                  ctx->device->name.c_str());
-        delete imported;
-        errno = ENOENT;
-        return nullptr;
-    }
-    const Mr* original = found->second;
-    if (original->pd != pd) {
-        log_debug("import_mr: MR %u belongs to another PD than PD %u", mr_handle, ibpd->handle);
-        delete imported;
-        errno = EINVAL;
         return nullptr;
     }
     imported->imported = true;
