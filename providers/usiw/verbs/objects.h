@@ -10,6 +10,7 @@
 // from ibv_wr_start to ibv_wr_complete), Qp::state_mutex, Qp::sq_mutex /
 // Qp::rq_mutex / Srq::mutex, Cq::mutex. A CQ push never takes another
 // object's lock, so completions can be posted from any path.
+// ObjectSpace::mutex is taken with no other of these held.
 #pragma once
 
 #include <infiniband/verbs.h>

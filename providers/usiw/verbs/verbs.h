@@ -66,7 +66,7 @@ int dealloc_parent_domain(Pd* domain);
 // the provider then opens a context that shares `space`, whose command fd
 // is `cmd_fd`.
 struct ImportRequest {
-    static constexpr uint64_t kMagic = 0x7573697749465254;  // "usiwIFRT"
+    static constexpr uint64_t kMagic = 0x75736977494d5054;  // "usiwIMPT"
     uint64_t magic = kMagic;
     std::shared_ptr<ObjectSpace> space;
     int cmd_fd = -1;
