@@ -1008,6 +1008,15 @@ void ignore_reads_begin() {}
 void ignore_reads_end() {}
 #endif
 
+// Whether `got` holds `want` while a WRITE may still be landing in it.
+// memcmp alone cannot tell: glibc's reads the first bytes that differ again
+// to compute its answer, and answers 0 if they landed in between, with the
+// bytes after them still to come (a target then checked a WRITE it had only
+// half). std::mismatch compares each byte as it read it.
+bool holds(const uint8_t* got, const uint8_t* want, size_t n) {
+    return std::memcmp(got, want, n) == 0 && std::mismatch(got, got + n, want).first == got + n;
+}
+
 // How a test watches the target's memory for a WRITE: looking every 100 us,
 // or spinning without ever giving up the CPU, as ib_write_lat's target does.
 enum class Watch { kSleeping, kSpinning };
@@ -1025,7 +1034,7 @@ void write_and_watch(Pair& p, const Buf& src, const Buf& dst, uint32_t seed, con
     // the bytes themselves to say it landed, is the RDMA memory model, not
     // a race between threads: ThreadSanitizer is told so.
     ignore_reads_begin();
-    while (std::memcmp(dst.p, src.p, dst.n) != 0 && Clock::now() < deadline) {
+    while (!holds(dst.p, src.p, dst.n) && Clock::now() < deadline) {
         if (watch == Watch::kSleeping)
             usleep(100);
     }
@@ -2438,7 +2447,7 @@ void expect_pair_works(Pair& p, uint8_t seed) {
 // Waits until `t.mem` holds `t.image` (a valid WRITE has been placed).
 void wait_image(RawTarget& t) {
     const auto deadline = Clock::now() + std::chrono::milliseconds(kTimeoutMs);
-    while (std::memcmp(t.mem.p, t.image.data(), t.mem.n) != 0 && Clock::now() < deadline)
+    while (!holds(t.mem.p, t.image.data(), t.mem.n) && Clock::now() < deadline)
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
     expect_bytes(t.mem.p, t.image.data(), t.mem.n, "usiw MR after the leading WRITE");
 }
