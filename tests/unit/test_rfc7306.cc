@@ -4,7 +4,8 @@
 // CMP_AND_SWP) between usiw QPs connected over loopback TCP, the values and
 // bytes that arrive, atomics from two QPs on one counter, the hostile cases
 // (misaligned target, missing REMOTE_ATOMIC rights, out of bounds, bad
-// STag: TERMINATE, an error completion, target memory untouched), and a raw
+// STag, a target page the application unmapped or made read-only:
+// TERMINATE, an error completion, target memory untouched), and a raw
 // peer that reads the exact FPDUs usiw sends and answers as a peer without
 // RFC 7306 (Linux siw) does.
 //
@@ -14,6 +15,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <infiniband/verbs.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -480,6 +482,68 @@ void test_hostile_atomics(void**) {
     }
 }
 
+// --- atomics into memory the application took away ---
+
+// A registered target page the application unmapped, or made read-only,
+// without deregistering it (without the kernel shim usiw cannot pin
+// pages): the Atomic Request must not end the target process with
+// SIGSEGV. TERMINATE (invalid STag: the region's memory is gone), a remote
+// access error at the requester, the next atomic flushed, the other pages
+// untouched, and the fault counted.
+void test_atomic_into_unmapped(void**) {
+    for (bool unmap : {true, false}) {
+        where("atomic into a registered page the application %s",
+              unmap ? "unmapped" : "made read-only");
+        Pair p = new_pair(kFramings[0], atomic_qp(), atomic_qp());
+        const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+        void* m =
+            mmap(nullptr, 3 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        EXPECT(m != MAP_FAILED, "mmap: %s", std::strerror(errno));
+        auto* base = static_cast<uint8_t*>(m);
+        std::memset(base, kGuard, 3 * page);
+        ibv_mr* mr = ibv_reg_mr(p.hb.pd, base, 3 * page, kAtomicAccess);
+        EXPECT(mr != nullptr, "ibv_reg_mr: %s", std::strerror(errno));
+        // Whatever maps memory goes before the hole is made, so that
+        // nothing lands in it (a device counter page did, once).
+        Buf result = new_buf(p.ha, 8);
+        const uint64_t faults = device_counter(test_device(), &DeviceStats::placement_faults);
+        uint8_t* hole = base + page;
+        if (unmap)
+            EXPECT(munmap(hole, page) == 0, "munmap: %s", std::strerror(errno));
+        else
+            EXPECT(mprotect(hole, page, PROT_READ) == 0, "mprotect: %s", std::strerror(errno));
+        const uint64_t target = reinterpret_cast<uintptr_t>(hole) + 64;
+        post_atomic(p.a, 1, IBV_WR_ATOMIC_FETCH_AND_ADD, result, target, mr->rkey, 1);
+        post_atomic(p.a, 2, IBV_WR_ATOMIC_CMP_AND_SWP, result, target, mr->rkey, 0, 1);
+        const std::vector<ibv_wc> wcs = expect_wcs(p.as, 2, "the refused atomic and the next");
+        unsigned char resident;
+        EXPECT(!unmap || (mincore(hole, page, &resident) != 0 && errno == ENOMEM),
+               "the test's hole at %p was mapped again before the atomic came", hole);
+        EXPECT(wcs[0].wr_id == 1 && wcs[0].status == IBV_WC_REM_ACCESS_ERR,
+               "the refused atomic: wr %llu %s", static_cast<unsigned long long>(wcs[0].wr_id),
+               ibv_wc_status_str(wcs[0].status));
+        EXPECT(wcs[1].wr_id == 2 && wcs[1].status == IBV_WC_WR_FLUSH_ERR,
+               "the atomic after it: wr %llu %s", static_cast<unsigned long long>(wcs[1].wr_id),
+               ibv_wc_status_str(wcs[1].status));
+        expect_state(p.a, IBV_QPS_ERR, "requester");
+        expect_state(p.b, IBV_QPS_ERR, "target");
+        EXPECT(load64(result) == 0xa5a5a5a5a5a5a5a5ull, "the result buffer was written");
+        EXPECT(device_counter(test_device(), &DeviceStats::placement_faults) == faults + 1,
+               "placement_faults went from %llu to %llu, expected one more",
+               static_cast<unsigned long long>(faults),
+               static_cast<unsigned long long>(
+                   device_counter(test_device(), &DeviceStats::placement_faults)));
+        for (size_t i = 0; i < 3 * page; ++i) {
+            if (unmap && i >= page && i < 2 * page)
+                continue;
+            EXPECT(base[i] == kGuard, "byte %zu of the region changed", i);
+        }
+        EXPECT(ibv_dereg_mr(mr) == 0, "ibv_dereg_mr");
+        munmap(base, 3 * page);
+        release_all();
+    }
+}
+
 // --- the wire, seen by a raw peer ---
 
 std::vector<uint8_t> frame(const wire::SegmentHeader& h) {
@@ -643,6 +707,7 @@ int main() {
         T(test_concurrent_atomics),
         T(test_qp_ex_imm_and_atomics),
         T(test_hostile_atomics),
+        T(test_atomic_into_unmapped),
         T(test_raw_wire_format),
         T(test_raw_peer_without_rfc7306),
         T(test_raw_requester),

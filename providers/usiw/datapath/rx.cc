@@ -7,6 +7,7 @@
 // (completion.cc). Any violation sends TERMINATE (tx.cc) and ends the
 // stream, leaving local memory untouched.
 #include <arpa/inet.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -125,6 +126,60 @@ class Placer {
     std::array<uint32_t, kMaxCopies> tags_;
     size_t n_ = 0;
     size_t bytes_ = 0;
+};
+
+// An Atomic Request's target is changed with this thread's own atomic
+// instruction (nothing in the kernel does a 64-bit compare-and-swap on our
+// behalf), so a target the application unmapped, or made read-only, without
+// deregistering it would end the process with SIGSEGV. Before the atomic,
+// the kernel is asked to fault the target's page in for writing
+// (MADV_POPULATE_WRITE, Linux 5.14): it fails with ENOMEM when the page is
+// not mapped and EINVAL when it is not writable, and changes no byte. What
+// remains: an application that unmaps the page between this check and the
+// instruction a few instructions later still gets the signal (the atomic
+// holds no lock that munmap() waits for).
+class AtomicTargetCheck {
+  public:
+    // True when the 8-byte target at `addr` may be written.
+    static bool writable(const void* addr) noexcept {
+        static const AtomicTargetCheck check;
+        void* page = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(addr) & check.page_mask_);
+        if (check.populate_write_ && madvise(page, 1, MADV_POPULATE_WRITE) == 0)
+            return true;
+        if (check.populate_write_)
+            return false;
+        return mapped(addr);
+    }
+
+  private:
+    AtomicTargetCheck() noexcept
+        : page_mask_(~(static_cast<uintptr_t>(sysconf(_SC_PAGESIZE)) - 1)) {
+        // Whether the kernel has MADV_POPULATE_WRITE (and no seccomp
+        // policy refuses madvise): tried on a page that is surely writable.
+        static uint64_t probe;
+        void* page = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(&probe) & page_mask_);
+        populate_write_ = madvise(page, 1, MADV_POPULATE_WRITE) == 0;
+        if (!populate_write_)
+            log_error(
+                "madvise(MADV_POPULATE_WRITE) unavailable (%s): an atomic into registered "
+                "memory the application made read-only will crash the process",
+                std::strerror(errno));
+    }
+
+    // Without MADV_POPULATE_WRITE: at least that the target is mapped.
+    static bool mapped(const void* addr) noexcept {
+        uint64_t value;
+        iovec to{&value, sizeof value};
+        iovec from{const_cast<void*>(addr), sizeof value};
+        ssize_t n;
+        do {
+            n = process_vm_readv(getpid(), &to, 1, &from, 1, 0);
+        } while (n < 0 && errno == EINTR);
+        return n == sizeof value || (n < 0 && errno != EFAULT);  // refused: as before
+    }
+
+    uintptr_t page_mask_;
+    bool populate_write_ = false;
 };
 
 class Receiver {
@@ -631,6 +686,8 @@ class Receiver {
                          wire::stag_error_message(e));
         if ((addr | a.remote_to) % sizeof(uint64_t) != 0)
             return fault(term::kStreamCatastrophic, "Atomic Request target not 8-byte aligned");
+        if (!AtomicTargetCheck::writable(reinterpret_cast<void*>(addr)))
+            return atomic_target_fault(addr);
         bool over_ird = false;
         {
             std::lock_guard lock(s_->completion_mutex);
@@ -647,6 +704,19 @@ class Receiver {
             return fault(term::kStreamCatastrophic, "more Atomic and Read Requests than the IRD");
         count(stats_.atomics_served);
         want_transmit = true;
+    }
+
+    // The target of an accepted Atomic Request is no longer mapped (or no
+    // longer writable): as for a Read Request's source, the STag's memory
+    // is gone, so the TERMINATE says invalid STag and the requester's
+    // atomic completes with a remote access error.
+    void atomic_target_fault(uintptr_t addr) {
+        count(stats_.placement_faults);
+        log_error(
+            "QP %u: cannot carry out the Atomic Request at %p: the memory is no longer "
+            "mapped or writable (unmapped without ibv_dereg_mr?); TERMINATE sent, QP in error",
+            qp_->vqp.qp.qp_num, reinterpret_cast<void*>(addr));
+        stream_terminate(s_, term::kInvalidStag, s_->deframer.header_bytes());
     }
 
     // The 64-bit atomic itself, with the processor's atomic instructions on
