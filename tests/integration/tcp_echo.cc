@@ -5,15 +5,24 @@
 // (it leaves sockets made with SOCK_CLOEXEC or SOCK_NONBLOCK to the
 // kernel, as Python's are).
 //
-//   tcp_echo server ADDR PORT TOTAL   echoes TOTAL bytes of one connection
-//   tcp_echo client ADDR PORT TOTAL   sends TOTAL bytes of a pattern in
-//                                     chunks, reads each chunk back and
-//                                     checks every byte
+//   tcp_echo server ADDR PORT TOTAL [WAIT]   echoes TOTAL bytes of one
+//                                            connection
+//   tcp_echo client ADDR PORT TOTAL [WAIT]   sends TOTAL bytes of a pattern
+//                                            in chunks, reads each chunk
+//                                            back and checks every byte
+//
+// WAIT is how it waits for a connection or for bytes to read: "block" (the
+// default) in accept() and recv() themselves, "poll" or "select" first in
+// poll() or select(), as event-driven programs (iperf3) do. Under
+// librspreload.so, select() on an accepted socket never reports it
+// readable (Documentation/middleware.md): "select" reproduces that.
 //
 // The client prints "echo ok: N bytes" and exits 0 when all came back
 // equal; otherwise it names the first differing byte and exits 1.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <sys/select.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -34,6 +43,38 @@ uint8_t pattern_byte(size_t i) {
     return static_cast<uint8_t>((i * 2654435761u) >> 13 ^ i / 251);
 }
 
+enum class Wait { kBlock, kPoll, kSelect };
+
+// Waits until `fd` is readable (a listener: has a connection), as `how`
+// says; false on an error.
+bool wait_readable(int fd, Wait how) {
+    int r = 1;
+    if (how == Wait::kPoll) {
+        pollfd p{fd, POLLIN, 0};
+        do {
+            r = poll(&p, 1, -1);
+        } while (r < 0 && errno == EINTR);
+    } else if (how == Wait::kSelect) {
+        do {
+            fd_set readable;
+            FD_ZERO(&readable);
+            FD_SET(fd, &readable);
+            r = select(fd + 1, &readable, nullptr, nullptr, nullptr);
+            if (r > 0 && !FD_ISSET(fd, &readable)) {
+                static bool told = false;
+                if (!told)
+                    std::fprintf(stderr, "tcp_echo: select() reported another descriptor than %d\n",
+                                 fd);
+                told = true;
+                r = 0;  // and wait again, as a select() loop would
+            }
+        } while ((r < 0 && errno == EINTR) || r == 0);
+    }
+    if (r < 0)
+        std::perror("tcp_echo: poll/select");
+    return r > 0;
+}
+
 bool send_all(int fd, const uint8_t* p, size_t n) {
     while (n > 0) {
         const ssize_t sent = send(fd, p, n, 0);
@@ -49,7 +90,7 @@ bool send_all(int fd, const uint8_t* p, size_t n) {
     return true;
 }
 
-int serve(const sockaddr_in& addr, size_t total) {
+int serve(const sockaddr_in& addr, size_t total, Wait wait) {
     const int listener = socket(AF_INET, SOCK_STREAM, 0);
     const int on = 1;
     setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
@@ -59,7 +100,7 @@ int serve(const sockaddr_in& addr, size_t total) {
         std::perror("tcp_echo server: socket/bind/listen");
         return 1;
     }
-    const int fd = accept(listener, nullptr, nullptr);
+    const int fd = wait_readable(listener, wait) ? accept(listener, nullptr, nullptr) : -1;
     if (fd < 0) {
         std::perror("tcp_echo server: accept");
         return 1;
@@ -67,6 +108,8 @@ int serve(const sockaddr_in& addr, size_t total) {
     std::vector<uint8_t> buf(65536);
     size_t echoed = 0;
     while (echoed < total) {
+        if (!wait_readable(fd, wait))
+            break;
         const ssize_t got = recv(fd, buf.data(), buf.size(), 0);
         if (got < 0 && errno == EINTR)
             continue;
@@ -82,7 +125,7 @@ int serve(const sockaddr_in& addr, size_t total) {
     return echoed == total ? 0 : 1;
 }
 
-int client(const sockaddr_in& addr, size_t total) {
+int client(const sockaddr_in& addr, size_t total, Wait wait) {
     std::vector<uint8_t> data(total);
     for (size_t i = 0; i < total; ++i)
         data[i] = pattern_byte(i);
@@ -100,6 +143,8 @@ int client(const sockaddr_in& addr, size_t total) {
             return 1;
         sent += n;
         while (received < sent) {
+            if (!wait_readable(fd, wait))
+                return 1;
             const ssize_t got = recv(fd, back.data() + received, sent - received, 0);
             if (got < 0 && errno == EINTR)
                 continue;
@@ -126,8 +171,14 @@ int client(const sockaddr_in& addr, size_t total) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    if (argc != 5 || (std::strcmp(argv[1], "server") != 0 && std::strcmp(argv[1], "client") != 0)) {
-        std::fprintf(stderr, "usage: tcp_echo server|client ADDR PORT TOTAL\n");
+    const std::string wait_name = argc == 6 ? argv[5] : "block";
+    const Wait wait = wait_name == "poll"     ? Wait::kPoll
+                      : wait_name == "select" ? Wait::kSelect
+                                              : Wait::kBlock;
+    if (argc < 5 || argc > 6 ||
+        (std::strcmp(argv[1], "server") != 0 && std::strcmp(argv[1], "client") != 0) ||
+        (wait == Wait::kBlock && wait_name != "block")) {
+        std::fprintf(stderr, "usage: tcp_echo server|client ADDR PORT TOTAL [block|poll|select]\n");
         return 2;
     }
     sockaddr_in addr{};
@@ -138,5 +189,6 @@ int main(int argc, char** argv) {
         return 2;
     }
     const size_t total = std::strtoull(argv[4], nullptr, 10);
-    return std::strcmp(argv[1], "server") == 0 ? serve(addr, total) : client(addr, total);
+    return std::strcmp(argv[1], "server") == 0 ? serve(addr, total, wait)
+                                               : client(addr, total, wait);
 }
