@@ -6,11 +6,13 @@
 # and tagged transfers, with its data checks (-c) on.
 #
 # libfabric's verbs provider ignores loopback interfaces (a device must have
-# an address on another netdev), so this runs in a network namespace of its
-# own with usiw0 on one end of a veth pair; it needs root. Server and client
-# share that namespace: fi_pingpong's server gives libfabric no address, and
-# libfabric then binds "localhost", which it advertises to the client (see
-# Documentation/testing.md, "Middleware").
+# an address on another netdev), so this runs in two network namespaces of
+# its own joined by a veth pair, with usiw0 on each end; it needs root. Each
+# fi_pingpong runs twice: server and client in the first namespace, then
+# the client in the second. fi_pingpong's server gives libfabric no
+# address, so libfabric binds "localhost"; usiw binds that without a device
+# when none is on lo, and libfabric then advertises the device's address,
+# which the other namespace reaches (Documentation/middleware.md).
 #
 # libfabric registers its memory with IBV_ACCESS_REMOTE_ATOMIC, which usiw
 # accepts since RFC 7306 atomics: a refusal (fi_mr_reg EOPNOTSUPP) is a
@@ -22,13 +24,15 @@ set -u
 
 USIW=${1:?usage: libfabric.sh PATH/TO/usiw}
 WORK=$(mktemp -d /tmp/usiw-libfabric.XXXXXX)
-NS=usiw-lf-$$
-ADDR=192.0.2.1  # RFC 5737 TEST-NET-1, only inside this namespace
-PORT=47592      # fi_pingpong's control port; the namespace is ours
+NS=usiw-lf-$$     # the server's, and the client's in the first runs
+NS_B=usiw-lfb-$$  # the client's in the second
+ADDR=192.0.2.1    # RFC 5737 TEST-NET-1, only inside these namespaces
+ADDR_B=192.0.2.2
+PORT=47592 # fi_pingpong's control port; the namespaces are ours
 
 cleanup() {
     stop_jobs
-    netns_del "$NS"
+    netns_del "$NS" "$NS_B"
     rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -43,11 +47,17 @@ if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null; then
     results
     exit 0
 fi
-veth_pair va "$NS" "$ADDR" vb "$NS" "" || bail "could not create the namespace and veth pair"
+veth_pair va "$NS" "$ADDR" vb "$NS_B" "$ADDR_B" || bail "could not create the namespaces and veth pair"
 links_dir "$WORK/conf" "usiw0 netdev va"
+links_dir "$WORK/conf_b" "usiw0 netdev vb"
 
+# side CMD...: CMD under usiw in the first namespace; client_side CMD...:
+# in the client's ($CLIENT_NS, with its links in $CLIENT_CONF).
 side() {
     with_links "$WORK/conf" in_ns "$NS" timeout 60 "$USIW" run "$@"
+}
+client_side() {
+    with_links "$CLIENT_CONF" in_ns "$CLIENT_NS" timeout 60 "$USIW" run "$@"
 }
 
 capture side fi_info -p verbs
@@ -62,11 +72,12 @@ fi
 # pingpong NAME ARGS...: fi_pingpong server and client with ARGS; both must
 # exit 0 and the client report its iterations all acknowledged.
 pingpong() {
-    local name=$1
+    local name="$1 ($WHERE)"
     shift
-    local sout="$WORK/$name.server" cout="$WORK/$name.client"
+    local file=${name//[^A-Za-z0-9_.-]/_}
+    local sout="$WORK/$file.server" cout="$WORK/$file.client"
     if ! server_client "$PORT" "$NS" 20 "$sout" "$cout" side fi_pingpong -p verbs "$@" \
-        -- side fi_pingpong -p verbs "$@" "$ADDR"; then
+        -- client_side fi_pingpong -p verbs "$@" "$ADDR"; then
         bad "fi_pingpong $name: the server never listened on port $PORT"
         show server "$sout" 10
         return
@@ -87,8 +98,15 @@ pingpong() {
 
 # -c: fi_pingpong checks the data of every transfer. 64 KiB over RDM goes
 # by ofi_rxm's rendezvous protocol (an RDMA READ of the sender's buffer).
-pingpong "MSG endpoint" -e msg -c -I 10 -S 4096
-pingpong "RDM endpoint, messages" -e rdm -m msg -c -I 10 -S 65536
-pingpong "RDM endpoint, tagged" -e rdm -m tagged -c -I 10 -S 1024
+for WHERE in "one namespace" "two namespaces"; do
+    if [ "$WHERE" = "one namespace" ]; then
+        CLIENT_NS=$NS CLIENT_CONF=$WORK/conf
+    else
+        CLIENT_NS=$NS_B CLIENT_CONF=$WORK/conf_b
+    fi
+    pingpong "MSG endpoint" -e msg -c -I 10 -S 4096
+    pingpong "RDM endpoint, messages" -e rdm -m msg -c -I 10 -S 65536
+    pingpong "RDM endpoint, tagged" -e rdm -m tagged -c -I 10 -S 1024
+done
 
 results

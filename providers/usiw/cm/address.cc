@@ -202,6 +202,13 @@ Device* device_for_local_address(const SockAddr& address) {
     return a.is_loopback() ? loopback_device(netdevs) : nullptr;
 }
 
+bool loopback_has_device() {
+    for (const DeviceNetdev& n : current_netdevs())
+        if (n.info && n.info->loopback)
+            return true;
+    return false;
+}
+
 Device* device_for_local_destination(const SockAddr& destination) {
     const SockAddr a = destination.unmapped();
     const std::vector<DeviceNetdev> netdevs = current_netdevs();

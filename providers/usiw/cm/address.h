@@ -53,6 +53,9 @@ struct SockAddr {
 // rdma_cm binds loopback to any active device). nullptr if none serves it.
 Device* device_for_local_address(const SockAddr& address);
 
+// Whether a usiw device is bound to a loopback netdev.
+bool loopback_has_device();
+
 // The usiw device for a connection to `destination`, an address of this
 // host that no usiw device's netdev owns here (the kernel routes it over
 // the loopback path): like a loopback address, the device bound to a

@@ -134,9 +134,17 @@ int bind_locked(CmId* c, const SockAddr& address) {
         return EINVAL;
     if (int err = bind_socket(c, address))
         return err;
-    if (!address.is_any()) {
-        // A specific address names the device, as the kernel's rdma_cm
-        // acquires it at bind: ENODEV if no usiw device has the address.
+    // A specific address names the device, as the kernel's rdma_cm
+    // acquires it at bind: ENODEV if no usiw device has the address. But a
+    // loopback address while no usiw device is on a loopback netdev is
+    // bound as the wildcard is, without a device (the kernel refuses it
+    // with ENODEV): a listener there gets each connection's device as it
+    // comes, and libfabric, which binds "localhost" when a program gives it
+    // no address, then advertises the devices' own addresses, not
+    // 127.0.0.1, so that peers in other namespaces or hosts reach it.
+    const bool names_device =
+        !address.is_any() && !(address.unmapped().is_loopback() && !loopback_has_device());
+    if (names_device) {
         Device* device = device_for_local_address(address);
         DeviceContext* dc = device ? device_context(device) : nullptr;
         if (!dc) {
