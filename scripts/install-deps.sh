@@ -28,8 +28,8 @@ packages=(
     debhelper dpkg-dev fakeroot lintian mmdebstrap
     # middleware the integration tests run over usiw: qperf, libfabric's
     # verbs provider and its fi_pingpong/fi_info (rsockets come with
-    # librdmacm1)
-    qperf libfabric1 libfabric-bin
+    # librdmacm1), and iperf3 under librspreload.so
+    qperf libfabric1 libfabric-bin iperf3
     # the kernel shim (usiw.ko) is built against Debian's 6.1 kernel headers
     linux-headers-amd64
 )

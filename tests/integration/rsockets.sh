@@ -2,9 +2,9 @@
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # rsockets over usiw: librdmacm's rstream and riostream at several sizes
 # and in each I/O mode, every transfer verified (-T v), and an ordinary TCP
-# echo program (tcp_echo) under librspreload.so, waiting in recv() and in
-# poll(), every byte checked; on loopback and between two network
-# namespaces joined by a veth pair.
+# echo program (tcp_echo) under librspreload.so, waiting in recv(), in
+# poll() and in select(), every byte checked, and iperf3 under it; on
+# loopback and between two network namespaces joined by a veth pair.
 #
 # rsockets call librdmacm's internal ucma_complete and ucma_max_qpsize on
 # their ids, which read fields past the public rdma_cm_id
@@ -123,10 +123,10 @@ suite() {
     read -r cconf _ <<<"$cenv"
     local before_tx after_tx wait
     # block: waiting in accept() and recv(); poll: in poll() first, as an
-    # event-driven program does (iperf3 waits in select(), which
-    # librspreload cannot map back for an accepted socket:
-    # Documentation/middleware.md).
-    for wait in block poll; do
+    # event-driven program does; select: in select(), which librspreload
+    # maps back to the program's descriptors by rsocket number (usiw keeps
+    # channel fds above the program's: Documentation/middleware.md).
+    for wait in block poll select; do
         before_tx=$(tx_bytes "$cconf")
         SIDE_ENV=(LD_PRELOAD="$RSPRELOAD")
         check "$tag tcp_echo ($wait) under librspreload.so" "$p" "$senv" "$cenv" "^echo ok: $total bytes" \
@@ -142,6 +142,27 @@ suite() {
             bad "$tag tcp_echo ($wait): $DEV tx_bytes went from '$before_tx' to '$after_tx', not by $((2 * total))"
         fi
     done
+
+    # iperf3, unmodified, under librspreload.so: 8 MiB from client to
+    # server (iperf3 checks no data; the server must report all of it
+    # received, and the bytes must have gone through usiw).
+    if ! command -v iperf3 >/dev/null; then
+        skip "$tag iperf3 under librspreload.so: iperf3 is not installed"
+        return
+    fi
+    local bytes=$((8 * 1048576))
+    before_tx=$(tx_bytes "$cconf")
+    SIDE_ENV=(LD_PRELOAD="$RSPRELOAD")
+    check "$tag iperf3 under librspreload.so" "$p" "$senv" "$cenv" "8.00 MBytes .* receiver" \
+        -- iperf3 -s -1 -p "$p" \
+        -- iperf3 -c "$saddr" -p "$p" -n "$bytes"
+    SIDE_ENV=()
+    after_tx=$(tx_bytes "$cconf")
+    if [ -n "$before_tx" ] && [ -n "$after_tx" ] && [ $((after_tx - before_tx)) -ge "$bytes" ]; then
+        ok "$tag iperf3: $DEV sent $((after_tx - before_tx)) bytes (at least $bytes)"
+    else
+        bad "$tag iperf3: $DEV tx_bytes went from '$before_tx' to '$after_tx', not by $bytes"
+    fi
 }
 
 if [ "$WHERE" = loopback ] || [ "$WHERE" = all ]; then

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #include "cm/event_channel.h"
 
+#include <fcntl.h>
 #include <sys/eventfd.h>
+#include <sys/select.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -11,6 +13,36 @@
 #include "verbs/log.h"
 
 namespace usiw::cm {
+
+namespace {
+
+// rsockets names each rsocket by its rdma_cm channel's fd, and
+// librspreload's select() maps rpoll's answers back to the program's
+// descriptors by scanning them upward from 0 for the first whose rsocket
+// number matches (librdmacm 44, preload.c rpoll_to_select). A plain
+// descriptor that happens to have that number matches first, and the
+// program is told the wrong descriptor is ready (iperf3's server then
+// never reads its data socket). Channel fds from kChannelFdFloor up are
+// above what programs usually hold, so the two do not meet; and below
+// FD_SETSIZE, so select() on a channel still works. Where the limit on
+// descriptors is lower, the channel keeps the fd it got.
+constexpr int kChannelFdFloor = 512;
+
+int above_program_fds(int fd) {
+    if (fd >= kChannelFdFloor)
+        return fd;
+    const int high = fcntl(fd, F_DUPFD_CLOEXEC, kChannelFdFloor);
+    if (high < 0)
+        return fd;
+    if (high >= FD_SETSIZE) {
+        close(high);
+        return fd;
+    }
+    close(fd);
+    return high;
+}
+
+}  // namespace
 
 EventChannel* channel_create() {
     auto* c = new (std::nothrow) EventChannel;
@@ -27,6 +59,7 @@ EventChannel* channel_create() {
         errno = err;
         return nullptr;
     }
+    c->channel.fd = above_program_fds(c->channel.fd);
     return c;
 }
 
