@@ -2425,6 +2425,13 @@ uint64_t placement_faults() {
     return device_counter(test_device(), &usiw::DeviceStats::placement_faults);
 }
 
+// The device counted exactly one placement fault since it read `before`.
+void expect_one_more_placement_fault(uint64_t before) {
+    EXPECT(placement_faults() == before + 1,
+           "placement_faults went from %" PRIu64 " to %" PRIu64 ", expected one more", before,
+           placement_faults());
+}
+
 // A connection that was up before the fault still moves bytes after it:
 // a WRITE, then a SEND behind it, verified at the target.
 void expect_pair_works(Pair& p, uint8_t seed) {
@@ -2482,9 +2489,7 @@ void test_raw_write_into_unmapped(void**) {
                          IBV_EVENT_QP_ACCESS_ERR);
             expect_recvs_flushed(t, 0);
             expect_rbuf_untouched(t);
-            EXPECT(placement_faults() == faults + 1,
-                   "placement_faults went from %" PRIu64 " to %" PRIu64 ", expected one more",
-                   faults, placement_faults());
+            expect_one_more_placement_fault(faults);
             expect_pair_works(other, 233);
             release(u);
             release_all();
@@ -2512,9 +2517,7 @@ void test_raw_send_into_unmapped(void**) {
         expect_wc(wcs[1], 8, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, "receive behind it");
         expect_cq_empty(t.cq, kQuietMs, "usiw CQ");
         expect_rbuf_untouched(t);
-        EXPECT(placement_faults() == faults + 1,
-               "placement_faults went from %" PRIu64 " to %" PRIu64 ", expected one more", faults,
-               placement_faults());
+        expect_one_more_placement_fault(faults);
         release(u);
         release_all();
     }
@@ -2560,9 +2563,7 @@ void test_raw_sends_held_until_placed(void**) {
             expect_wc(wcs[i], 100 + i, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV,
                       "a receive behind the hole");
         expect_cq_empty(t.cq, kQuietMs, "usiw CQ");
-        EXPECT(placement_faults() == faults + 1,
-               "placement_faults went from %" PRIu64 " to %" PRIu64 ", expected one more", faults,
-               placement_faults());
+        expect_one_more_placement_fault(faults);
         release(u);
         release_all();
     }
@@ -2594,9 +2595,7 @@ void test_raw_read_response_into_unmapped(void**) {
         expect_wc(expect_one(t.cq, "the READ"), 9, IBV_WC_LOC_PROT_ERR, IBV_WC_RDMA_READ,
                   "READ into the hole");
         expect_cq_empty(t.cq, kQuietMs, "usiw CQ");
-        EXPECT(placement_faults() == faults + 1,
-               "placement_faults went from %" PRIu64 " to %" PRIu64 ", expected one more", faults,
-               placement_faults());
+        expect_one_more_placement_fault(faults);
         release(u);
         release_all();
     }
@@ -2638,9 +2637,7 @@ void test_raw_read_request_from_unmapped(void**) {
             e.cause = term::kInvalidStag;
             e.lenient_flags = true;
             expect_terminate(reply.fpdus.back(), e);
-            EXPECT(placement_faults() == faults + 1,
-                   "placement_faults went from %" PRIu64 " to %" PRIu64 ", expected one more",
-                   faults, placement_faults());
+            expect_one_more_placement_fault(faults);
         }
         expect_state(t.qp, IBV_QPS_ERR, "usiw QP");
         expect_recvs_flushed(t, 0);
