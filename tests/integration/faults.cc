@@ -37,7 +37,6 @@
 // What must happen is waited for at most kMustMs (60 s); nothing is timed.
 
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <netinet/in.h>
@@ -66,6 +65,7 @@
 #include <thread>
 #include <vector>
 
+#include "open_fds.h"
 #include "pattern.h"
 #include "rc_qp.h"
 
@@ -177,29 +177,16 @@ Fds open_fds() {
     const std::set<std::string> broker = broker_sockets();
     const std::set<std::string> unix_inodes = unix_socket_inodes();
     Fds fds;
-    DIR* d = opendir("/proc/self/fd");
-    if (!d)
-        return fds;
-    const int own = dirfd(d);
-    while (dirent* e = readdir(d)) {
-        if (e->d_name[0] == '.' || std::atoi(e->d_name) == own)
-            continue;
-        char target[256] = {};
-        const std::string path = std::string("/proc/self/fd/") + e->d_name;
-        if (readlink(path.c_str(), target, sizeof target - 1) <= 0)
-            continue;  // closed meanwhile
-        const int fd = std::atoi(e->d_name);
-        if (std::strncmp(target, "socket:[", 8) == 0) {
-            std::string inode(target + 8);
-            inode.pop_back();  // the closing bracket
+    for (auto& [fd, target] : usiw_test::open_fds().value_or(std::map<int, std::string>{})) {
+        if (target.compare(0, 8, "socket:[") == 0) {
+            const std::string inode = target.substr(8, target.size() - 9);  // within the brackets
             if (broker.count(inode))
                 continue;
             if (unix_inodes.count(inode))
                 fds.unix_fds.insert(fd);
         }
-        fds.open[fd] = target;
+        fds.open[fd] = std::move(target);
     }
-    closedir(d);
     return fds;
 }
 

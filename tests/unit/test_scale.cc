@@ -5,7 +5,6 @@
 //
 // Connections are loopback TCP pairs bound with usiw_qp_attach_socket
 // (connection setup rate belongs to the rdma_cm benchmarks).
-#include <dirent.h>
 #include <infiniband/verbs.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -16,12 +15,14 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "fixture.h"
+#include "open_fds.h"
 
 // cmocka last: it defines macros (fail, skip) that clash with the standard
 // library's names.
@@ -115,21 +116,9 @@ void test_1024_qp_pairs_with_traffic(void**) {
 
 // The process's open descriptors and what each one is.
 std::map<int, std::string> open_fds() {
-    std::map<int, std::string> fds;
-    DIR* d = opendir("/proc/self/fd");
-    EXPECT(d != nullptr, "opendir(/proc/self/fd): %s", std::strerror(errno));
-    const int own = dirfd(d);
-    while (dirent* e = readdir(d)) {
-        if (e->d_name[0] == '.' || std::atoi(e->d_name) == own)
-            continue;
-        char target[256] = {};
-        const std::string path = std::string("/proc/self/fd/") + e->d_name;
-        if (readlink(path.c_str(), target, sizeof target - 1) < 0)
-            continue;  // closed meanwhile
-        fds[std::atoi(e->d_name)] = target;
-    }
-    closedir(d);
-    return fds;
+    std::optional<std::map<int, std::string>> fds = usiw_test::open_fds();
+    EXPECT(fds.has_value(), "opendir(/proc/self/fd): %s", std::strerror(errno));
+    return *fds;
 }
 
 // The descriptors are exactly `before` again: the same numbers, open on the
