@@ -2672,14 +2672,16 @@ const char* policy_name(int policy) {
 // The engine's thread runs under SCHED_BATCH, so that its wake-ups for bulk
 // input do not preempt the thread producing it. After each round of work
 // left to it (nobody polled a CQ meanwhile) it reads how long it waited for
-// a CPU, and a run of late rounds switches it to SCHED_OTHER; after the
-// hold (1 s at first) it returns to SCHED_BATCH.
+// a CPU, and a late round with no CPU free, or a run of late rounds,
+// switches it to SCHED_OTHER; after the hold (1 s at first) it returns to
+// SCHED_BATCH if a CPU is free.
 //
 // That the kernel delays a SCHED_BATCH wake-up when no CPU is free is
 // Linux's part, measured in Documentation/performance.md; whether a given
-// round waits is up to the scheduler and to whatever else the machine runs,
-// so this test does not depend on it. ctest runs it with
-// USIW_ENGINE_LATE_US=0 (every round left to the engine counts as late):
+// round waits, and whether a CPU is free, is up to the scheduler and to
+// whatever else the machine runs, so this test does not depend on it.
+// ctest runs it with USIW_ENGINE_LATE_US=0 (every round left to the engine
+// counts as late, and the machine's load is left out):
 // usiw's part, finding the thread's rounds, reading their delay, switching
 // the real thread's policy and switching it back, then happens the same
 // way on an idle or a busy machine. The target spins on its memory, as

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The progress engine thread's choice of scheduling policy
 // (datapath/engine_scheduling.h): when it leaves SCHED_BATCH, for how long,
-// and what does not count; and when a poller waits for the progress lock. test_datapath's
+// what does not count, and what a busy machine changes; and when a poller
+// waits for the progress lock. test_datapath's
 // test_engine_thread_scheduling watches the real thread do it.
 
 #include <cstdint>
@@ -26,40 +27,108 @@ constexpr uint64_t kLate = BatchGovernor::kLateNs;
 constexpr uint64_t kPrompt = 20'000;
 constexpr uint64_t kSecond = 1'000'000'000;
 
+// What the governor is told about the machine's CPUs: whether none is
+// free, and how often it asked.
+struct Cpus {
+    bool none_free = false;
+    int asked = 0;
+    auto answer() {
+        return [this] {
+            ++asked;
+            return none_free;
+        };
+    }
+};
+
 // Feeds `n` rounds that found work and waited `delay` each, 1 ms apart from
 // `*now`; returns how many of them changed the policy.
-int rounds(BatchGovernor& g, int n, uint64_t delay, uint64_t* now) {
+int rounds(BatchGovernor& g, int n, uint64_t delay, uint64_t* now, Cpus& cpus) {
     int changes = 0;
     for (int i = 0; i < n; ++i) {
         *now += 1'000'000;
-        changes += g.after_round(true, delay, *now);
+        changes += g.after_round(true, delay, *now, cpus.answer());
     }
     return changes;
 }
 
-// Late rounds in a row, and only those, switch to the default policy.
+// A machine with a CPU free, that nobody asks about.
+int rounds(BatchGovernor& g, int n, uint64_t delay, uint64_t* now) {
+    Cpus free;
+    return rounds(g, n, delay, now, free);
+}
+
+// While a CPU is free, late rounds in a row, and only those, switch to the
+// default policy; the CPUs are asked about after late rounds alone.
 void test_late_rounds_in_a_row(void**) {
     BatchGovernor g;
+    Cpus cpus;  // one is free
     uint64_t now = kSecond;
     assert_true(g.batch());
     // An odd late round, as bulk input has, is forgiven by the next prompt one.
     for (int i = 0; i < 10; ++i) {
-        assert_int_equal(rounds(g, BatchGovernor::kLateInARow - 1, kLate, &now), 0);
-        assert_int_equal(rounds(g, 1, kPrompt, &now), 0);
+        assert_int_equal(rounds(g, BatchGovernor::kLateInARow - 1, kLate, &now, cpus), 0);
+        assert_int_equal(rounds(g, 1, kPrompt, &now, cpus), 0);
     }
     assert_true(g.batch());
-    // Rounds that found nothing do not count, however late.
+    assert_int_equal(cpus.asked, 10 * (BatchGovernor::kLateInARow - 1));
+    // Rounds that found nothing do not count, however late, and ask nothing.
+    cpus.asked = 0;
     for (int i = 0; i < 10; ++i)
-        assert_false(g.after_round(false, 10 * kLate, now += 1'000'000));
+        assert_false(g.after_round(false, 10 * kLate, now += 1'000'000, cpus.answer()));
     assert_true(g.batch());
+    assert_int_equal(cpus.asked, 0);
     assert_int_equal(rounds(g, BatchGovernor::kLateInARow - 1, kLate, &now), 0);
     assert_int_equal(rounds(g, 1, kLate, &now), 1);
     assert_false(g.batch());
     assert_int_equal(g.hold_ns(), BatchGovernor::kMinHoldNs);
 }
 
+// With no CPU free, one late round left to the engine switches at once:
+// SCHED_BATCH would delay the next wake-up too. Prompt rounds still say
+// nothing, and ask nothing.
+void test_one_late_round_when_no_cpu_free(void**) {
+    BatchGovernor g;
+    Cpus cpus{true};
+    uint64_t now = kSecond;
+    assert_int_equal(rounds(g, 100, kPrompt, &now, cpus), 0);
+    assert_true(g.batch());
+    assert_int_equal(cpus.asked, 0);
+    assert_false(g.after_round(false, 10 * kLate, now += 1'000'000, cpus.answer()));
+    assert_true(g.batch());
+    assert_int_equal(rounds(g, 1, kLate, &now, cpus), 1);
+    assert_false(g.batch());
+    assert_int_equal(cpus.asked, 1);
+    assert_int_equal(g.hold_ns(), BatchGovernor::kMinHoldNs);
+}
+
+// When a hold ends while no CPU is free, the default policy holds again,
+// as long, without a round under SCHED_BATCH to pay for finding out; once
+// a CPU is free, SCHED_BATCH returns.
+void test_hold_renewed_while_no_cpu_free(void**) {
+    BatchGovernor g;
+    Cpus cpus{true};
+    uint64_t now = kSecond;
+    assert_int_equal(rounds(g, 1, kLate, &now, cpus), 1);
+    const uint64_t hold = g.hold_ns();
+    for (int i = 0; i < 5; ++i) {
+        cpus.asked = 0;
+        // Within the hold nobody asks.
+        assert_false(g.after_round(true, kLate, now + hold - 1, cpus.answer()));
+        assert_int_equal(cpus.asked, 0);
+        now += hold;
+        assert_false(g.after_round(true, kLate, now, cpus.answer()));
+        assert_int_equal(cpus.asked, 1);
+        assert_false(g.batch());
+        assert_int_equal(g.hold_ns(), hold);
+    }
+    cpus.none_free = false;
+    now += hold;
+    assert_true(g.after_round(false, 0, now, cpus.answer()));
+    assert_true(g.batch());
+}
+
 // The default policy holds for its hold time, then SCHED_BATCH is tried
-// again; each time it proves wrong again the hold doubles, up to the cap;
+// again (a CPU being free); each time it proves wrong again the hold doubles, up to the cap;
 // a long good spell under SCHED_BATCH starts over.
 void test_hold_doubles_and_resets(void**) {
     BatchGovernor g;
@@ -71,10 +140,11 @@ void test_hold_doubles_and_resets(void**) {
         assert_int_equal(g.hold_ns(), expected);
         const uint64_t left = now;
         // Under the default policy the delay is not looked at.
-        assert_false(g.after_round(true, 0, left + g.hold_ns() - 1));
+        Cpus free;
+        assert_false(g.after_round(true, 0, left + g.hold_ns() - 1, free.answer()));
         assert_false(g.batch());
         now = left + g.hold_ns();
-        assert_true(g.after_round(false, 0, now));
+        assert_true(g.after_round(false, 0, now, free.answer()));
         assert_true(g.batch());
         expected =
             expected * 2 > BatchGovernor::kMaxHoldNs ? BatchGovernor::kMaxHoldNs : expected * 2;
@@ -120,20 +190,26 @@ void test_progress_lock_wait(void**) {
 }
 
 // With a late threshold of 0 (USIW_ENGINE_LATE_US=0) every round left to
-// the engine is late, even one that did not wait at all: the switch comes
-// after exactly kLateInARow of them. Rounds the application could have
-// done still say nothing.
+// the engine is late, even one that did not wait at all, and the CPUs are
+// never asked about: the switch comes after exactly kLateInARow of them,
+// and SCHED_BATCH returns when the hold ends, however busy the machine.
+// Rounds the application could have done still say nothing.
 void test_zero_threshold_counts_every_round(void**) {
     BatchGovernor g(0);
+    Cpus cpus{true};
     uint64_t now = 1'000'000'000;
     for (int i = 0; i < 100; ++i) {
         now += 1000;
-        assert_false(g.after_round(false, 0, now));
+        assert_false(g.after_round(false, 0, now, cpus.answer()));
     }
-    assert_int_equal(rounds(g, BatchGovernor::kLateInARow - 1, 0, &now), 0);
+    assert_int_equal(rounds(g, BatchGovernor::kLateInARow - 1, 0, &now, cpus), 0);
     assert_true(g.batch());
-    assert_int_equal(rounds(g, 1, 0, &now), 1);
+    assert_int_equal(rounds(g, 1, 0, &now, cpus), 1);
     assert_false(g.batch());
+    now += g.hold_ns();
+    assert_true(g.after_round(false, 0, now, cpus.answer()));
+    assert_true(g.batch());
+    assert_int_equal(cpus.asked, 0);
     // The default threshold: rounds with no delay are on time.
     BatchGovernor d;
     assert_int_equal(rounds(d, 10 * BatchGovernor::kLateInARow, 0, &now), 0);
@@ -145,6 +221,8 @@ void test_zero_threshold_counts_every_round(void**) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_late_rounds_in_a_row),
+        cmocka_unit_test(test_one_late_round_when_no_cpu_free),
+        cmocka_unit_test(test_hold_renewed_while_no_cpu_free),
         cmocka_unit_test(test_hold_doubles_and_resets),
         cmocka_unit_test(test_progress_lock_wait),
         cmocka_unit_test(test_zero_threshold_counts_every_round),

@@ -15,28 +15,12 @@
 
 namespace usiw {
 
-bool BatchGovernor::after_round(bool found_work_left_to_engine, uint64_t run_delay_ns,
-                                uint64_t now_ns) {
-    if (!batch_) {
-        if (now_ns - since_ns_ < hold_ns_)
-            return false;
-        batch_ = true;
-        since_ns_ = now_ns;
-        return true;
-    }
-    // A round that found nothing, or that the application could have done,
-    // says nothing, however late the thread ran.
-    if (!found_work_left_to_engine)
-        return false;
-    late_in_a_row_ = run_delay_ns >= late_ns_ ? late_in_a_row_ + 1 : 0;
-    if (late_in_a_row_ < kLateInARow)
-        return false;
+void BatchGovernor::leave_batch(uint64_t now_ns) {
     const bool lasted = since_ns_ != 0 && now_ns - since_ns_ >= kMaxHoldNs;
     hold_ns_ = hold_ns_ == 0 || lasted ? kMinHoldNs : std::min(2 * hold_ns_, kMaxHoldNs);
     batch_ = false;
     late_in_a_row_ = 0;
     since_ns_ = now_ns;
-    return true;
 }
 
 EngineScheduling::EngineScheduling(EngineSchedMode mode, uint64_t late_ns) : governor_(late_ns) {
@@ -57,6 +41,9 @@ EngineScheduling::EngineScheduling(EngineSchedMode mode, uint64_t late_ns) : gov
             return;
         }
         adaptive_ = true;
+        // Without it, only a run of late rounds tells (no_cpu_free()).
+        loadavg_fd_ = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+        cpus_ = std::max(sysconf(_SC_NPROCESSORS_ONLN), 1L);
     }
     if (!apply(true)) {
         adaptive_ = false;
@@ -68,6 +55,8 @@ EngineScheduling::EngineScheduling(EngineSchedMode mode, uint64_t late_ns) : gov
 EngineScheduling::~EngineScheduling() {
     if (schedstat_fd_ >= 0)
         close(schedstat_fd_);
+    if (loadavg_fd_ >= 0)
+        close(loadavg_fd_);
 }
 
 // The second field of schedstat: nanoseconds spent runnable but waiting for
@@ -82,6 +71,24 @@ uint64_t EngineScheduling::run_delay_ns() const {
     if (std::sscanf(text, "%llu %llu", &on_cpu, &waiting) != 2)
         return last_run_delay_ns_;
     return waiting;
+}
+
+// The fourth field of /proc/loadavg counts the threads running or waiting
+// for a CPU, machine-wide, this one included (it is running). Every CPU is
+// taken when the others fill them all: a SCHED_BATCH wake-up would wait.
+bool EngineScheduling::no_cpu_free() const {
+    if (loadavg_fd_ < 0)
+        return false;
+    char text[128];
+    const ssize_t n = pread(loadavg_fd_, text, sizeof text - 1, 0);
+    if (n <= 0)
+        return false;
+    text[n] = '\0';
+    double avg1, avg5, avg15;
+    long runnable = 0, threads = 0;
+    if (std::sscanf(text, "%lf %lf %lf %ld/%ld", &avg1, &avg5, &avg15, &runnable, &threads) != 5)
+        return false;
+    return runnable - 1 >= cpus_;
 }
 
 void EngineScheduling::rebase() {
@@ -102,7 +109,7 @@ void EngineScheduling::after_round(bool found_work, uint64_t last_app_poll_ns) {
     // The wake-up came at least `waited` ago: an application thread that
     // polled since then could have done this round's work.
     const bool left_to_engine = found_work && last_app_poll_ns < now - waited;
-    if (!governor_.after_round(left_to_engine, waited, now))
+    if (!governor_.after_round(left_to_engine, waited, now, [this] { return no_cpu_free(); }))
         return;
     if (!apply(governor_.batch())) {
         adaptive_ = false;  // the policy cannot be changed: stop deciding
@@ -112,9 +119,8 @@ void EngineScheduling::after_round(bool found_work, uint64_t last_app_poll_ns) {
         rebase();
     else
         log_debug(
-            "progress thread: SCHED_BATCH delayed input %u rounds in a row; "
-            "SCHED_OTHER for %llu ms",
-            BatchGovernor::kLateInARow,
+            "progress thread: SCHED_BATCH delayed input left to it; SCHED_OTHER for %llu ms "
+            "(then again while no CPU is free)",
             static_cast<unsigned long long>(governor_.hold_ns() / 1'000'000));
 }
 

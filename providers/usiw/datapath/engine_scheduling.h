@@ -19,12 +19,19 @@
 // HZ=250). So the thread starts under SCHED_BATCH and, after each round
 // that found work no application thread had polled for since the wake-up,
 // looks how long it waited for a CPU (its run delay, from
-// /proc/thread-self/schedstat). A run of late rounds switches it to the
-// default policy for a while (BatchGovernor). Rounds the application could
-// have done itself do not count: while ib_send_lat's ends busy-poll their
-// CQs, the engine's wake-ups are of no use, and SCHED_BATCH keeps them from
-// preempting the pollers (in the guest: 40-45 us per message instead of
-// about 100).
+// /proc/thread-self/schedstat). A late round then asks whether a CPU is
+// free (the runnable threads in /proc/loadavg against the online CPUs):
+// if none is, SCHED_BATCH will delay the next wake-up too, and the thread
+// switches to the default policy for a while at once (BatchGovernor). If
+// one is, the delay was an odd one (bulk input's wake-ups wait for the
+// load balancer now and then), and only a run of late rounds switches it.
+// When the hold ends, SCHED_BATCH returns only if a CPU is free; while
+// none is, the hold starts over, so a benchmark that keeps both CPUs
+// spinning pays for the policy once, not once per hold. Rounds the
+// application could have done itself do not count: while ib_send_lat's ends
+// busy-poll their CQs, the engine's wake-ups are of no use, and SCHED_BATCH
+// keeps them from preempting the pollers (in the guest: 40-45 us per
+// message instead of about 100).
 #pragma once
 
 #include <time.h>
@@ -48,9 +55,10 @@ class BatchGovernor {
     // A round that waited this long for a CPU was late (the default of
     // USIW_ENGINE_LATE_US)...
     static constexpr uint64_t kLateNs = settings::kEngineLateDefaultNs;
-    // ...and this many late rounds in a row mean SCHED_BATCH delays input.
-    // (Under bulk input an odd round waits for a tick too; under
-    // ib_write_lat nearly every one does.)
+    // ...and this many late rounds in a row mean SCHED_BATCH delays input
+    // even though a CPU looked free. (Under bulk input an odd round waits
+    // for a tick too; under ib_write_lat nearly every one does.) One late
+    // round when no CPU is free is enough.
     static constexpr unsigned kLateInARow = 4;
     // Then the default policy holds for kMinHoldNs, doubled each time
     // SCHED_BATCH proves wrong again, up to kMaxHoldNs; SCHED_BATCH that
@@ -58,18 +66,50 @@ class BatchGovernor {
     static constexpr uint64_t kMinHoldNs = 1'000'000'000;
     static constexpr uint64_t kMaxHoldNs = 64'000'000'000;
 
+    // A late_ns of 0 counts every round left to the engine as late and
+    // never asks whether a CPU is free (see USIW_ENGINE_LATE_US below).
     explicit BatchGovernor(uint64_t late_ns = kLateNs) : late_ns_(late_ns) {}
 
     bool batch() const { return batch_; }
     // After a round of the engine's work, at `now_ns`: whether it found work
     // that was left to it (no application thread polled meanwhile), and how
     // long the thread waited for a CPU since the previous call (ignored
-    // under the default policy). Returns true if batch() changed.
-    bool after_round(bool found_work_left_to_engine, uint64_t run_delay_ns, uint64_t now_ns);
+    // under the default policy). `no_cpu_free()` says whether every CPU is
+    // taken; it is called only after a late round and when a hold ends.
+    // Returns true if batch() changed.
+    template <typename NoCpuFree>
+    bool after_round(bool found_work_left_to_engine, uint64_t run_delay_ns, uint64_t now_ns,
+                     NoCpuFree&& no_cpu_free) {
+        if (!batch_) {
+            if (now_ns - since_ns_ < hold_ns_)
+                return false;
+            if (late_ns_ != 0 && no_cpu_free()) {
+                since_ns_ = now_ns;  // the same hold again, without a round under SCHED_BATCH
+                return false;
+            }
+            batch_ = true;
+            since_ns_ = now_ns;
+            return true;
+        }
+        // A round that found nothing, or that the application could have
+        // done, says nothing, however late the thread ran.
+        if (!found_work_left_to_engine)
+            return false;
+        if (run_delay_ns < late_ns_) {
+            late_in_a_row_ = 0;
+            return false;
+        }
+        if (++late_in_a_row_ < kLateInARow && (late_ns_ == 0 || !no_cpu_free()))
+            return false;
+        leave_batch(now_ns);
+        return true;
+    }
     // How long the default policy holds after the last switch to it.
     uint64_t hold_ns() const { return hold_ns_; }
 
   private:
+    void leave_batch(uint64_t now_ns);
+
     uint64_t late_ns_;
     bool batch_ = true;
     unsigned late_in_a_row_ = 0;
@@ -114,9 +154,10 @@ using EngineSchedMode = settings::EngineSched;
 // USIW_ENGINE_LATE_US (host/settings.h, settings::engine_late_ns()): how
 // long a round of the engine's work may wait for a CPU before it counts as
 // late (BatchGovernor::kLateNs by default). 0 counts every round left to the
-// engine as late: the policy then switches after kLateInARow such rounds
-// whatever the machine's load, which is what the test of the engine thread's
-// scheduling uses.
+// engine as late and leaves the machine's load out: the policy then switches
+// after kLateInARow such rounds and returns when the hold ends, whatever the
+// machine's load, which is what the test of the engine thread's scheduling
+// uses.
 
 // The engine thread's side: applies the governor's decisions to the calling
 // thread. Create it in the engine thread. A thread that did not start under
@@ -137,10 +178,13 @@ class EngineScheduling {
 
   private:
     uint64_t run_delay_ns() const;
+    bool no_cpu_free() const;
     bool apply(bool batch);
 
     bool adaptive_ = false;
     int schedstat_fd_ = -1;
+    int loadavg_fd_ = -1;
+    long cpus_ = 1;
     uint64_t last_run_delay_ns_ = 0;
     BatchGovernor governor_;
 };

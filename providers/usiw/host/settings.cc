@@ -37,8 +37,8 @@ constexpr Setting kAll[] = {
      Scope::kProvider},
     {"USIW_ENGINE_LATE_US", "microseconds", "250",
      "auto's measure: a round of the progress thread's work that waited this long for a CPU "
-     "was late, and 4 late rounds in a row switch it to the default policy (0: every round "
-     "counts as late)",
+     "was late; one late round while no CPU is free, or 4 in a row, switch it to the default "
+     "policy (0: every round counts as late, and only 4 in a row switch, whatever the load)",
      Scope::kProvider},
     {"USIW_PEER_TIMEOUT_MS", "milliseconds, 0 to 999999999 (0: off)", "60000",
      "how long a connection's peer may stay silent while we wait for it (data unacknowledged, "
