@@ -101,9 +101,11 @@ void test_one_late_round_when_no_cpu_free(void**) {
     assert_int_equal(g.hold_ns(), BatchGovernor::kMinHoldNs);
 }
 
-// When a hold ends while no CPU is free, the default policy holds again,
-// as long, without a round under SCHED_BATCH to pay for finding out; once
-// a CPU is free, SCHED_BATCH returns.
+// When a hold ends in a round left to the engine while no CPU is free, the
+// default policy holds again, as long, without a round under SCHED_BATCH
+// to pay for finding out. A round the application could have done (its
+// threads poll: their CPUs are busy, but not with waiting for the engine)
+// brings SCHED_BATCH back, and so does a free CPU.
 void test_hold_renewed_while_no_cpu_free(void**) {
     BatchGovernor g;
     Cpus cpus{true};
@@ -121,9 +123,16 @@ void test_hold_renewed_while_no_cpu_free(void**) {
         assert_false(g.batch());
         assert_int_equal(g.hold_ns(), hold);
     }
-    cpus.none_free = false;
+    cpus.asked = 0;
     now += hold;
     assert_true(g.after_round(false, 0, now, cpus.answer()));
+    assert_true(g.batch());
+    assert_int_equal(cpus.asked, 0);
+    // Out again, and back when a CPU is free.
+    assert_int_equal(rounds(g, 1, kLate, &now, cpus), 1);
+    cpus.none_free = false;
+    now += g.hold_ns();
+    assert_true(g.after_round(true, kLate, now, cpus.answer()));
     assert_true(g.batch());
 }
 

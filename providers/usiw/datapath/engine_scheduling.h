@@ -25,9 +25,10 @@
 // switches to the default policy for a while at once (BatchGovernor). If
 // one is, the delay was an odd one (bulk input's wake-ups wait for the
 // load balancer now and then), and only a run of late rounds switches it.
-// When the hold ends, SCHED_BATCH returns only if a CPU is free; while
-// none is, the hold starts over, so a benchmark that keeps both CPUs
-// spinning pays for the policy once, not once per hold. Rounds the
+// When the hold ends in a round left to the engine while no CPU is free,
+// the hold starts over instead, so a benchmark that keeps both CPUs
+// spinning pays for the policy once, not once per hold; any other round
+// brings SCHED_BATCH back. Rounds the
 // application could have done itself do not count: while ib_send_lat's ends
 // busy-poll their CQs, the engine's wake-ups are of no use, and SCHED_BATCH
 // keeps them from preempting the pollers (in the guest: 40-45 us per
@@ -75,7 +76,8 @@ class BatchGovernor {
     // that was left to it (no application thread polled meanwhile), and how
     // long the thread waited for a CPU since the previous call (ignored
     // under the default policy). `no_cpu_free()` says whether every CPU is
-    // taken; it is called only after a late round and when a hold ends.
+    // taken; it is called only after a late round, and after a round left
+    // to the engine that ends a hold.
     // Returns true if batch() changed.
     template <typename NoCpuFree>
     bool after_round(bool found_work_left_to_engine, uint64_t run_delay_ns, uint64_t now_ns,
@@ -83,8 +85,10 @@ class BatchGovernor {
         if (!batch_) {
             if (now_ns - since_ns_ < hold_ns_)
                 return false;
-            if (late_ns_ != 0 && no_cpu_free()) {
-                since_ns_ = now_ns;  // the same hold again, without a round under SCHED_BATCH
+            // Input only the engine could place, and no CPU free: the same
+            // hold again, without a round under SCHED_BATCH to find out.
+            if (found_work_left_to_engine && late_ns_ != 0 && no_cpu_free()) {
+                since_ns_ = now_ns;
                 return false;
             }
             batch_ = true;
