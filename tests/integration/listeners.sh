@@ -128,6 +128,8 @@ follows_address_changes() {
         [ -z "$check" ] || "$check" "$name: an added address" "$address" "$port"
     else
         bad "$name: an address added to usiwa is not listened on: $(listeners_on "$port" | tr '\n' ' ')"
+        ip -n "$NS" addr del "$address/24" dev usiwa
+        return
     fi
     ip -n "$NS" addr del "$address/24" dev usiwa
     if poll_until 10 not_listened_on "$port" "$address"; then

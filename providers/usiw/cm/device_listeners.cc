@@ -36,8 +36,8 @@ SockAddr v4_mapped(const SockAddr& v4) {
 class AddressWatch final : public EngineClient {
   public:
     void add(AddressObserver* observer) {
-        if (!monitor_ && !failed_)
-            start();
+        if (!monitor_)
+            start();  // again if it failed before (out of descriptors, say)
         if (std::find(observers_.begin(), observers_.end(), observer) == observers_.end())
             observers_.push_back(observer);
     }
@@ -58,20 +58,23 @@ class AddressWatch final : public EngineClient {
     void start() {
         std::string error;
         monitor_ = NetdevMonitor::open(&error);
-        if (monitor_ && Engine::get().watch(monitor_->fd(), EPOLLIN, this) != 0)
+        if (monitor_ && Engine::get().watch(monitor_->fd(), EPOLLIN, this) != 0) {
+            logged_ = false;
             return;
+        }
         if (monitor_)
             error = strerror(errno);
         monitor_.reset();
-        failed_ = true;
-        log_error(
-            "rdma_cm: cannot watch network addresses (%s): listeners on the usiw devices' "
-            "addresses will not follow address changes",
-            error.c_str());
+        if (!logged_)
+            log_error(
+                "rdma_cm: cannot watch network addresses (%s): listeners on the usiw devices' "
+                "addresses will not follow address changes",
+                error.c_str());
+        logged_ = true;
     }
 
     std::unique_ptr<NetdevMonitor> monitor_;
-    bool failed_ = false;
+    bool logged_ = false;  // that it could not start
     std::vector<AddressObserver*> observers_;
 };
 
