@@ -192,8 +192,8 @@ class WildcardListeners final : public AddressObserver {
 };
 
 WildcardListeners& wildcard_listeners() {
-    static auto* listeners =
-        new WildcardListeners;  // never destroyed: the engine may outlive statics
+    // Never destroyed: the engine may outlive statics.
+    static auto* listeners = new WildcardListeners;
     return *listeners;
 }
 
