@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -168,6 +169,11 @@ std::string SockAddr::str() const {
     return text;
 }
 
+bool SockAddr::operator==(const SockAddr& other) const {
+    // Made from zeroed storage, so the padding compares equal too.
+    return len == other.len && std::memcmp(&storage, &other.storage, len) == 0;
+}
+
 namespace {
 
 // The device for traffic that never leaves this host: the one bound to a
@@ -207,6 +213,40 @@ bool loopback_has_device() {
         if (n.info && n.info->loopback)
             return true;
     return false;
+}
+
+std::vector<SockAddr> device_addresses() {
+    const std::vector<DeviceNetdev> netdevs = current_netdevs();
+    std::vector<SockAddr> all;
+    auto add = [&all](const SockAddr& a) {
+        if (std::none_of(all.begin(), all.end(), [&a](const SockAddr& b) { return a == b; }))
+            all.push_back(a);
+    };
+    for (const DeviceNetdev& n : netdevs) {
+        if (!n.info)
+            continue;
+        for (const NetdevAddress& owned : n.info->addresses) {
+            SockAddr a = SockAddr::loopback(owned.family);
+            if (owned.family == AF_INET) {
+                std::memcpy(&reinterpret_cast<sockaddr_in&>(a.storage).sin_addr, owned.bytes.data(),
+                            4);
+            } else {
+                auto& s = reinterpret_cast<sockaddr_in6&>(a.storage);
+                std::memcpy(&s.sin6_addr, owned.bytes.data(), 16);
+                // A link-local address is bound on its own link only.
+                if (IN6_IS_ADDR_LINKLOCAL(&s.sin6_addr))
+                    s.sin6_scope_id = static_cast<uint32_t>(n.info->ifindex);
+            }
+            add(a);
+        }
+    }
+    // Loopback is served by the device on lo or, with none, an active one
+    // (loopback_device); lo itself lists only 127.0.0.1 and ::1.
+    if (loopback_device(netdevs)) {
+        add(SockAddr::loopback(AF_INET));
+        add(SockAddr::loopback(AF_INET6));
+    }
+    return all;
 }
 
 Device* device_for_local_destination(const SockAddr& destination) {

@@ -45,6 +45,9 @@ struct SockAddr {
 
     std::array<uint8_t, 16> gid() const;
     std::string str() const;  // "127.0.0.1:7471", "[::1]:7471"
+
+    // The same socket address: family, address, port (and IPv6 scope).
+    bool operator==(const SockAddr& other) const;
 };
 
 // The usiw device whose netdev owns `address` (IPv4-mapped taken as IPv4).
@@ -55,6 +58,12 @@ Device* device_for_local_address(const SockAddr& address);
 
 // Whether a usiw device is bound to a loopback netdev.
 bool loopback_has_device();
+
+// Every address device_for_local_address gives a device for, port 0: each
+// address of a usiw device's netdev (IPv4 as AF_INET, IPv6 as AF_INET6, a
+// link-local one scoped to its netdev), and 127.0.0.1 and ::1 while a
+// device serves loopback. What a wildcard listener listens on.
+std::vector<SockAddr> device_addresses();
 
 // The usiw device for a connection to `destination`, an address of this
 // host that no usiw device's netdev owns here (the kernel routes it over

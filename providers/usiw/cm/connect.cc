@@ -16,6 +16,7 @@
 
 #include "cm/cm_engine.h"
 #include "cm/connection.h"
+#include "cm/device_listeners.h"
 #include "cm/endpoint.h"
 #include "cm/id.h"
 #include "cm/id_ops.h"
@@ -26,19 +27,24 @@
 
 namespace usiw::cm {
 
-// Accepts on a listening id's socket: each connection waits for its MPA
-// request on its own (connection.cc).
+// Accepts on one listening socket of an id: its own, or, for a wildcard
+// listener, one of those on the usiw devices' addresses, which the watch
+// owns. Each connection waits for its MPA request on its own
+// (connection.cc).
 class ListenerWatch final : public EngineClient {
     static constexpr int kAcceptRetryMs = 100;
 
   public:
-    explicit ListenerWatch(CmId* listener) : listener_(listener) {}
+    ListenerWatch(CmId* listener, int fd, UniqueFd owned = {}, const SockAddr& address = {})
+        : listener_(listener), fd_(fd), owned_(std::move(owned)), address_(address) {}
+
+    int fd() const { return fd_; }
+    const SockAddr& address() const { return address_; }  // of an owned socket
 
     void on_io(uint32_t) override {
         // A bounded batch, so one busy listener cannot starve the rest.
         for (int i = 0; i < 64; ++i) {
-            UniqueFd fd(
-                accept4(listener_->socket.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+            UniqueFd fd(accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
             if (!fd) {
                 if (errno == EINTR || errno == ECONNABORTED)
                     continue;
@@ -48,10 +54,12 @@ class ListenerWatch final : public EngineClient {
                 // and would wake us at once; pause instead of spinning.
                 log_error("rdma_cm: accept on a listening id: %s; retrying in %d ms",
                           strerror(errno), kAcceptRetryMs);
-                Engine::get().rewatch(token, listener_->socket.get(), 0);
+                Engine::get().rewatch(token_, fd_, 0);
                 Engine::get().arm_timer(this, kAcceptRetryMs);
                 return;
             }
+            // A specific address names its device; a device address can
+            // also lose its device between listen and accept.
             const auto local = SockAddr::local_of(fd.get());
             Device* device = local ? device_for_local_address(*local) : nullptr;
             DeviceContext* dc = device ? device_context(device) : nullptr;
@@ -67,38 +75,141 @@ class ListenerWatch final : public EngineClient {
             Connection::incoming(listener_, std::move(fd), dc);
         }
     }
-    void on_timer() override { Engine::get().rewatch(token, listener_->socket.get(), EPOLLIN); }
+    void on_timer() override { Engine::get().rewatch(token_, fd_, EPOLLIN); }
 
-    uint64_t token = 0;
+    // 0 or errno.
+    int start() {
+        token_ = Engine::get().watch(fd_, EPOLLIN, this);
+        return token_ ? 0 : errno;
+    }
+    // Closes what it owns and hands itself to the engine to free.
+    void stop() {
+        Engine::get().unwatch(&token_, fd_);
+        owned_.reset();
+        Engine::get().retire(this);
+    }
 
   private:
     CmId* listener_;
+    int fd_;
+    UniqueFd owned_;
+    SockAddr address_;
+    uint64_t token_ = 0;
 };
 
 namespace user {
 namespace {
-
-// Closes a listening id's socket watch and the connections still waiting
-// for their MPA request.
-void stop_listening(CmId* c) {
-    if (ListenerWatch* watch = c->listener_watch) {
-        Engine::get().unwatch(&watch->token, c->socket.get());
-        Engine::get().retire(watch);
-        c->listener_watch = nullptr;
-    }
-    // Connections whose request is not in yet: the initiator sees the
-    // connection close (CONNECT_ERROR), as if the listener never answered.
-    const std::vector<Connection*> pending(c->pending.begin(), c->pending.end());
-    for (Connection* conn : pending)
-        conn->drop_pending();
-    c->pending.clear();
-}
 
 int apply_tos(int fd, int family, uint8_t tos) {
     const int value = tos;
     if (family == AF_INET6)
         setsockopt(fd, IPPROTO_IPV6, IPV6_TCLASS, &value, sizeof value);
     return setsockopt(fd, IPPROTO_IP, IP_TOS, &value, sizeof value) == 0 ? 0 : errno;
+}
+
+bool is_v6_only(int fd) {
+    int only = 0;
+    socklen_t len = sizeof only;
+    return getsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &only, &len) == 0 && only;
+}
+
+// Brings a wildcard listener's sockets in step with the usiw devices'
+// addresses: one listening socket on each (device_listeners.h), none
+// elsewhere, so that a connection to any other address of the host is
+// refused by the kernel, as with kernel iw_cm. The id's own socket, bound
+// to the wildcard, holds the port and never listens. 0, or the errno of
+// the first address that cannot be listened on.
+int follow_device_addresses(CmId* c) {
+    const auto wildcard = SockAddr::local_of(c->socket.get());
+    if (!wildcard)
+        return errno;
+    const bool v6_only = wildcard->family() == AF_INET6 && is_v6_only(c->socket.get());
+    const std::vector<SockAddr> want = addresses_for_wildcard(*wildcard, v6_only);
+    std::vector<SockAddr> have;
+    for (const ListenerWatch* watch : c->listener_watches)
+        have.push_back(watch->address());
+    const ListenerChanges changes = listener_changes(have, want);
+    for (auto i = changes.close.rbegin(); i != changes.close.rend(); ++i) {
+        log_debug("rdma_cm: cm_id %p no longer listens on %s", static_cast<void*>(c),
+                  have[*i].str().c_str());
+        c->listener_watches[*i]->stop();
+        c->listener_watches.erase(c->listener_watches.begin() + static_cast<ptrdiff_t>(*i));
+    }
+    int first_error = 0;
+    for (const SockAddr& address : changes.open) {
+        UniqueFd fd;
+        int err = open_listener(address, c->listen_backlog, &fd);
+        if (err == 0 && c->tos)
+            apply_tos(fd.get(), address.family(), *c->tos);
+        ListenerWatch* watch = nullptr;
+        if (err == 0) {
+            const int listening = fd.get();
+            watch = new (std::nothrow) ListenerWatch(c, listening, std::move(fd), address);
+            err = watch ? watch->start() : ENOMEM;
+        }
+        if (err == 0) {
+            c->listener_watches.push_back(watch);
+            log_debug("rdma_cm: cm_id %p listening on %s", static_cast<void*>(c),
+                      address.str().c_str());
+            continue;
+        }
+        delete watch;  // never watched
+        // An IPv6 address still in duplicate address detection, or one
+        // removed since it was listed: its next change brings it here again.
+        if (err == EADDRNOTAVAIL) {
+            log_debug("rdma_cm: cm_id %p cannot listen on %s yet", static_cast<void*>(c),
+                      address.str().c_str());
+            continue;
+        }
+        if (!first_error)
+            first_error = err;
+    }
+    return first_error;
+}
+
+// The listening ids bound to the wildcard, each kept on the devices'
+// addresses as they change. CM lock held.
+class WildcardListeners final : public AddressObserver {
+  public:
+    void insert(CmId* c) {
+        if (ids_.empty())
+            observe_addresses(this);
+        ids_.push_back(c);
+    }
+    void erase(CmId* c) {
+        if (std::erase(ids_, c) && ids_.empty())
+            stop_observing_addresses(this);
+    }
+    void addresses_changed() override {
+        for (CmId* c : ids_)
+            if (int err = follow_device_addresses(c))
+                log_error("rdma_cm: a listener cannot listen on a new usiw device address: %s",
+                          strerror(err));
+    }
+
+  private:
+    std::vector<CmId*> ids_;
+};
+
+WildcardListeners& wildcard_listeners() {
+    // Never destroyed: the engine may outlive statics.
+    static auto* listeners = new WildcardListeners;
+    return *listeners;
+}
+
+// Closes a listening id's socket watches and the connections still waiting
+// for their MPA request.
+void stop_listening(CmId* c) {
+    wildcard_listeners().erase(c);
+    for (ListenerWatch* watch : c->listener_watches)
+        watch->stop();
+    c->listener_watches.clear();
+    // Connections whose request is not in yet: the initiator sees the
+    // connection close (CONNECT_ERROR), as if the listener never answered.
+    const std::vector<Connection*> pending(c->pending.begin(), c->pending.end());
+    for (Connection* conn : pending)
+        conn->drop_pending();
+    c->pending.clear();
 }
 
 // Makes the id's TCP socket and binds it: the rdma_cm port is the TCP port.
@@ -296,14 +407,35 @@ int resolve_route(CmId* c, int /*timeout_ms*/) {
     return complete_sync(c);
 }
 
+// Listens on the id's own socket, bound to a specific address.
+int listen_on_own_socket(CmId* c) {
+    if (::listen(c->socket.get(), c->listen_backlog) != 0)
+        return errno;
+    auto* watch = new (std::nothrow) ListenerWatch(c, c->socket.get());
+    if (!watch)
+        return ENOMEM;
+    if (int err = watch->start()) {
+        delete watch;
+        return err;
+    }
+    c->listener_watches.push_back(watch);
+    log_debug("rdma_cm: cm_id %p listening on %s", static_cast<void*>(c),
+              SockAddr::local_of(c->socket.get()).value_or(SockAddr{}).str().c_str());
+    return 0;
+}
+
 int listen(CmId* c, int backlog) {
     // Unbound, it listens on the wildcard address: usiw's (kernel.h).
     if (c->kernel_only)
         return EPROTONOSUPPORT;
     std::lock_guard lock(cm_mutex());
-    const int depth = backlog > 0 ? std::min(backlog, SOMAXCONN) : SOMAXCONN;
-    if (c->state == IdState::kListening)
-        return ::listen(c->socket.get(), depth) == 0 ? 0 : errno;
+    c->listen_backlog = backlog > 0 ? std::min(backlog, SOMAXCONN) : SOMAXCONN;
+    if (c->state == IdState::kListening) {
+        for (const ListenerWatch* watch : c->listener_watches)
+            if (::listen(watch->fd(), c->listen_backlog) != 0)
+                return errno;
+        return 0;
+    }
     if (c->state == IdState::kIdle) {
         // As the kernel: listening unbound means any IPv4 address, any port.
         SockAddr any = SockAddr::loopback(AF_INET);
@@ -313,21 +445,17 @@ int listen(CmId* c, int backlog) {
     }
     if (c->state != IdState::kAddrBound)
         return EINVAL;
-    if (::listen(c->socket.get(), depth) != 0)
+    const auto bound = SockAddr::local_of(c->socket.get());
+    if (!bound)
         return errno;
-    auto* watch = new (std::nothrow) ListenerWatch(c);
-    if (!watch)
-        return ENOMEM;
-    watch->token = Engine::get().watch(c->socket.get(), EPOLLIN, watch);
-    if (watch->token == 0) {
-        const int err = errno;
-        delete watch;
+    const bool wildcard = bound->is_any();
+    if (int err = wildcard ? follow_device_addresses(c) : listen_on_own_socket(c)) {
+        stop_listening(c);
         return err;
     }
-    c->listener_watch = watch;
+    if (wildcard)
+        wildcard_listeners().insert(c);
     enter(&c->state, IdState::kListening, c);
-    log_debug("rdma_cm: cm_id %p listening on %s", static_cast<void*>(c),
-              SockAddr::local_of(c->socket.get()).value_or(SockAddr{}).str().c_str());
     return 0;
 }
 

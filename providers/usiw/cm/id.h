@@ -63,10 +63,14 @@ struct CmId {
     bool kernel_only = false;
 
     // The local TCP socket before a connection takes it: bound by
-    // rdma_bind_addr (or implicitly), listening after rdma_listen.
+    // rdma_bind_addr (or implicitly), listening after rdma_listen; bound to
+    // the wildcard, it only holds the port, and the id listens on sockets
+    // of its own on each usiw device's address (connect.cc).
     UniqueFd socket;
-    ListenerWatch* listener_watch = nullptr;  // while listening (the engine frees it)
-    Connection* conn = nullptr;               // the TCP connection of this id
+    // While listening, a watch per listening socket (the engine frees them).
+    std::vector<ListenerWatch*> listener_watches;
+    int listen_backlog = 0;
+    Connection* conn = nullptr;  // the TCP connection of this id
     // Listening: connections accepted whose MPA request is not in yet.
     std::unordered_set<Connection*> pending;
 

@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "cm/device_listeners.h"
 #include "cm/mpa_io.h"
 #include "cm/negotiation.h"
 #include "host/settings.h"
@@ -229,12 +230,15 @@ class UnixListener final : public SocketClient {
     PortAgent* agent_;
 };
 
-// Broker: the TCP listener of the port.
+// Broker: a TCP listener of the port, on one usiw device address.
 class TcpListener final : public SocketClient {
   public:
-    TcpListener(UniqueFd fd, PortAgent* agent) : SocketClient(std::move(fd)), agent_(agent) {}
+    TcpListener(UniqueFd fd, const SockAddr& address, PortAgent* agent)
+        : SocketClient(std::move(fd)), address(address), agent_(agent) {}
     void on_io(uint32_t) override;
     void on_timer() override {}
+
+    const SockAddr address;
 
   private:
     PortAgent* agent_;
@@ -280,7 +284,7 @@ class Incoming final : public SocketClient {
 
 }  // namespace
 
-class PortAgent final : public EngineClient {
+class PortAgent final : public EngineClient, public AddressObserver {
   public:
     explicit PortAgent(uint16_t port) : port_(port) {}
 
@@ -289,12 +293,13 @@ class PortAgent final : public EngineClient {
     bool join();
     void add(uint32_t qpn);
     void remove(uint32_t qpn);
-    bool reachable() const { return role_ == Role::kMember || !tcp_.empty(); }
+    bool reachable() const { return role_ == Role::kMember || tcp_complete_; }
 
     // Engine side.
     void engine_work();
     void on_io(uint32_t) override {}
     void on_timer() override;
+    void addresses_changed() override;
     void accept_members();
     void accept_tcp(int listen_fd);
     void read_member(MemberLink* member);
@@ -318,7 +323,9 @@ class PortAgent final : public EngineClient {
     const uint16_t port_;
     Role role_ = Role::kNone;
     UnixListener* unix_listener_ = nullptr;  // broker
-    std::vector<TcpListener*> tcp_;          // broker
+    std::vector<TcpListener*> tcp_;          // broker: one per device address
+    bool tcp_complete_ = false;              // broker: listening on every one
+    bool observing_addresses_ = false;       // broker
     BrokerLink* broker_ = nullptr;           // member
     std::set<MemberLink*> members_;          // broker
     // Broker: who owns each registered QP number (nullptr: this process).
@@ -383,40 +390,38 @@ void PortAgent::become_broker(UniqueFd unix_fd) {
     wake_engine();
 }
 
+// Listens on the port at each address of this process's usiw devices
+// (device_listeners.h), not on the wildcard, and no longer on addresses
+// that went; called again as addresses change.
 void PortAgent::open_tcp() {
-    auto listen_on = [this](int family) -> int {
-        UniqueFd fd(socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-        if (!fd)
-            return errno;
-        const int one = 1, zero = 0;
-        setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        sockaddr_storage ss{};
-        socklen_t len;
-        if (family == AF_INET6) {
-            setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-            auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
-            a->sin6_family = AF_INET6;
-            a->sin6_addr = in6addr_any;
-            a->sin6_port = htons(port_);
-            len = sizeof *a;
-        } else {
-            auto* a = reinterpret_cast<sockaddr_in*>(&ss);
-            a->sin_family = AF_INET;
-            a->sin_addr.s_addr = htonl(INADDR_ANY);
-            a->sin_port = htons(port_);
-            len = sizeof *a;
+    std::vector<SockAddr> want = device_addresses();
+    for (SockAddr& a : want)
+        a.set_port(port_);
+    std::vector<SockAddr> have;
+    for (const TcpListener* l : tcp_)
+        have.push_back(l->address);
+    const ListenerChanges changes = listener_changes(have, want);
+    for (auto i = changes.close.rbegin(); i != changes.close.rend(); ++i) {
+        tcp_[*i]->close_down();
+        tcp_.erase(tcp_.begin() + static_cast<ptrdiff_t>(*i));
+    }
+    int err = 0;
+    for (const SockAddr& address : changes.open) {
+        UniqueFd fd;
+        const int failed = open_listener(address, 1024, &fd);
+        if (failed == 0) {
+            auto* l = new TcpListener(std::move(fd), address, this);
+            tcp_.push_back(l);
+            add_client(l);
+        } else if (failed == EADDRNOTAVAIL) {
+            // An IPv6 address in duplicate address detection, or one just
+            // removed: its next change brings it here again.
+            log_debug("rendezvous: cannot listen on %s yet", address.str().c_str());
+        } else if (!err) {
+            err = failed;
         }
-        if (bind(fd.get(), reinterpret_cast<const sockaddr*>(&ss), len) != 0 ||
-            listen(fd.get(), 1024) != 0)
-            return errno;
-        auto* l = new TcpListener(std::move(fd), this);
-        tcp_.push_back(l);
-        add_client(l);
-        return 0;
-    };
-    int err = listen_on(AF_INET6);
-    if (err == EAFNOSUPPORT || err == EADDRNOTAVAIL)
-        err = listen_on(AF_INET);  // no IPv6 here
+    }
+    tcp_complete_ = err == 0;
     if (err == 0) {
         tcp_error_logged_ = false;
         return;
@@ -478,6 +483,10 @@ void PortAgent::remove(uint32_t qpn) {
 }
 
 void PortAgent::engine_work() {
+    if (role_ == Role::kBroker && !observing_addresses_) {
+        observe_addresses(this);
+        observing_addresses_ = true;
+    }
     for (SocketClient* c : unwatched_)
         if (!c->gone())
             c->watch(EPOLLIN);
@@ -501,8 +510,16 @@ void PortAgent::on_timer() {
     std::lock_guard lock(rendezvous_mutex());
     if (role_ == Role::kNone)
         join();
-    else if (role_ == Role::kBroker && tcp_.empty())
+    else if (role_ == Role::kBroker && !tcp_complete_)
         open_tcp();
+    engine_work();
+}
+
+void PortAgent::addresses_changed() {
+    std::lock_guard lock(rendezvous_mutex());
+    if (role_ != Role::kBroker)
+        return;
+    open_tcp();
     engine_work();
 }
 
@@ -703,6 +720,7 @@ void PortAgent::route(Incoming* in) {
 void PortAgent::close_all() {
     unix_listener_ = nullptr;
     tcp_.clear();
+    tcp_complete_ = false;
     broker_ = nullptr;
     members_.clear();
     owners_.clear();
