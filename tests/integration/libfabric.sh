@@ -28,6 +28,14 @@ USIW=${1:?usage: libfabric.sh PATH/TO/usiw}
 # running them (Documentation/middleware.md); the MR cache needs no monitor
 # for these short runs.
 export FI_MR_CACHE_MONITOR=disabled
+# ofi_rxm in libfabric 1.17 closes a connection's MSG endpoint before it
+# drains the completion queue, and reposts any receive buffer completed in
+# that drain on the endpoint it has just freed (rxm_close_conn, fixed
+# upstream in 697688386): a crash whenever fi_pingpong's server reads the
+# client's disconnect before its last receive completion, which a loaded
+# machine makes likely (Documentation/middleware.md). With a shared receive
+# context the buffers are reposted on that, which outlives the connection.
+export FI_OFI_RXM_USE_SRX=1
 WORK=$(mktemp -d /tmp/usiw-libfabric.XXXXXX)
 NS=usiw-lf-$$     # the server's, and the client's in the first runs
 NS_B=usiw-lfb-$$  # the client's in the second
@@ -75,43 +83,30 @@ else
 fi
 
 # pingpong NAME ARGS...: fi_pingpong server and client with ARGS; both must
-# exit 0 and the client report its iterations all acknowledged. fi_pingpong's
-# server now and then dies inside libfabric as it closes, after the client
-# has reported every iteration (Documentation/middleware.md, not yet
-# understood): that case, and only that one, is run once more, and says so.
+# exit 0 and the client report its iterations all acknowledged.
 pingpong() {
-    local name="$1 ($WHERE)" attempt
+    local name="$1 ($WHERE)"
     shift
     local file=${name//[^A-Za-z0-9_.-]/_}
-    local sout="$WORK/$file.server" cout="$WORK/$file.client" first=""
-    for attempt in 1 2; do
-        if ! server_client "$PORT" "$NS" 20 "$sout" "$cout" side fi_pingpong -p verbs "$@" \
-            -- client_side fi_pingpong -p verbs "$@" "$ADDR"; then
-            bad "fi_pingpong $name: the server never listened on port $PORT"
-            show server "$sout" 10
-            return
-        fi
-        if grep -q 'fi_mr_reg(): .*ret=-95' "$sout" "$cout"; then
-            bad "fi_pingpong $name: usiw refused IBV_ACCESS_REMOTE_ATOMIC, which it accepts since RFC 7306"
-            return
-        fi
-        local client_done=0
-        [ "$client_rc" -eq 0 ] && grep -Eq '^[0-9]+[kmg]? +[0-9]+ +=[0-9]+ ' "$cout" && client_done=1
-        if [ "$client_done" -eq 1 ] && [ "$server_rc" -eq 0 ]; then
-            ok "fi_pingpong $name: $(grep -E '^[0-9]+[kmg]? +[0-9]+ +=' "$cout" | tr -s ' ' | tr '\n' ';')$first"
-            return
-        fi
-        if [ "$attempt" -eq 1 ] && [ "$client_done" -eq 1 ]; then
-            first=" (second run: the first one's server exited $server_rc after the client finished)"
-            echo "fi_pingpong $name: the server exited $server_rc after the client finished; once more"
-            show server "$sout" 6
-            continue
-        fi
-        bad "fi_pingpong $name: client exit $client_rc, server exit $server_rc"
-        show server "$sout" 15
-        show client "$cout" 15
+    local sout="$WORK/$file.server" cout="$WORK/$file.client"
+    if ! server_client "$PORT" "$NS" 20 "$sout" "$cout" side fi_pingpong -p verbs "$@" \
+        -- client_side fi_pingpong -p verbs "$@" "$ADDR"; then
+        bad "fi_pingpong $name: the server never listened on port $PORT"
+        show server "$sout" 10
         return
-    done
+    fi
+    if grep -q 'fi_mr_reg(): .*ret=-95' "$sout" "$cout"; then
+        bad "fi_pingpong $name: usiw refused IBV_ACCESS_REMOTE_ATOMIC, which it accepts since RFC 7306"
+        return
+    fi
+    if [ "$client_rc" -eq 0 ] && [ "$server_rc" -eq 0 ] &&
+        grep -Eq '^[0-9]+[kmg]? +[0-9]+ +=[0-9]+ ' "$cout"; then
+        ok "fi_pingpong $name: $(grep -E '^[0-9]+[kmg]? +[0-9]+ +=' "$cout" | tr -s ' ' | tr '\n' ';')"
+        return
+    fi
+    bad "fi_pingpong $name: client exit $client_rc, server exit $server_rc"
+    show server "$sout" 15
+    show client "$cout" 15
 }
 
 # -c: fi_pingpong checks the data of every transfer. 64 KiB over RDM goes
