@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 #include <new>
+#include <utility>
 
 #include "cm/cm_engine.h"
 #include "cm/connection.h"
@@ -246,8 +247,12 @@ int resolve_addr(CmId* c, const sockaddr* src, const sockaddr* dst, int /*timeou
         // one the kernel routes the destination from.
         SockAddr local;
         int status = 0;
+        const auto routed = std::exchange(c->routed_source, std::nullopt);
         if (bound && !bound->is_any())
             local = *bound;
+        else if (routed && routed->destination.same_host(*destination) &&
+                 routed->destination.family() == destination->family())
+            local = routed->source;  // asked a moment ago, in this call (dispatch.cc)
         else
             status = -route_source(*destination, &local);
         DeviceContext* dc = c->device;
