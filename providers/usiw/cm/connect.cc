@@ -409,6 +409,11 @@ int disconnect(CmId* c) {
             case IdState::kConnectRequest:
             case IdState::kAccepting:
                 wait = c->conn && c->conn->disconnect();
+                // A stream with nothing left to send ends inside
+                // qp_disconnect and reports it through the inbox: deliver
+                // DISCONNECTED now rather than after a round through the
+                // engine's thread.
+                Engine::get().drain_inbox();
                 break;
             case IdState::kDisconnected:
                 // Already over; a synchronous id still collects its event.
