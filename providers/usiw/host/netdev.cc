@@ -239,8 +239,14 @@ struct Snapshot {
     uint64_t reads = 0;  // table reads (netdev_table_reads)
 };
 
+void install_fork_handlers();
+
 Snapshot& snapshot() {
     static auto* s = new Snapshot;  // never destroyed: queries may run during exit
+    // Before anyone takes the snapshot's lock: a fork() in progress holds
+    // glibc's handler list while it runs the prepare handlers, and
+    // pthread_atfork waits for that list.
+    install_fork_handlers();
     return *s;
 }
 
@@ -258,6 +264,13 @@ void snapshot_fork_child() {
     s.monitor.reset();
     s.valid = false;
     s.mutex.unlock();
+}
+
+void install_fork_handlers() {
+    static std::once_flag installed;
+    std::call_once(installed, [] {
+        pthread_atfork(snapshot_fork_prepare, snapshot_fork_parent, snapshot_fork_child);
+    });
 }
 
 // Reads both tables into `s`; false with `error` set (and `s` invalid) if
@@ -302,10 +315,6 @@ bool reread(Snapshot& s, std::string* error) {
 // Brings `s` up to date; false with `error` set if it cannot be read. Sets
 // `*reread_now` if it read the tables. With the snapshot's lock held.
 bool bring_up_to_date(Snapshot& s, std::string* error, bool* reread_now) {
-    static std::once_flag fork_handlers;
-    std::call_once(fork_handlers, [] {
-        pthread_atfork(snapshot_fork_prepare, snapshot_fork_parent, snapshot_fork_child);
-    });
     *reread_now = false;
     if (s.valid && s.monitor && !s.monitor->drain() && current_netns() == s.netns)
         return true;
