@@ -7,14 +7,15 @@
 //   52:54:00:12:34:56 -> 50:54:00:ff:fe:12:34:56
 //   02:fc:00:00:00:01 -> 00:fc:00:ff:fe:00:00:01
 //
-// Everything runs without root. The port-state test makes its own network
-// namespace in a child process (a user namespace makes that possible without
+// Everything runs without root. The port-state and snapshot tests make their
+// own network namespace in a child process (a user namespace makes that possible without
 // root) and skips when the system does not allow it.
 
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <net/if.h>
 #include <netlink/netlink.h>
+#include <netlink/route/addr.h>
 #include <netlink/route/link.h>
 #include <poll.h>
 #include <sched.h>
@@ -282,12 +283,76 @@ bool wait_readable(int fd) {
     _exit(0);
 }
 
-void test_port_follows_netdev_in_private_namespace(void**) {
+// Adds (or deletes) the address `text`/32 on lo through libnl, as `ip
+// address` would.
+bool change_loopback_address(const char* text, bool add) {
+    nl_sock* socket = nl_socket_alloc();
+    if (socket == nullptr || nl_connect(socket, NETLINK_ROUTE) < 0) {
+        nl_socket_free(socket);
+        return false;
+    }
+    rtnl_addr* address = rtnl_addr_alloc();
+    nl_addr* local = nullptr;
+    bool ok = address != nullptr && nl_addr_parse(text, AF_INET, &local) == 0;
+    if (ok) {
+        nl_addr_set_prefixlen(local, 32);
+        rtnl_addr_set_ifindex(address, static_cast<int>(if_nametoindex("lo")));
+        ok = rtnl_addr_set_local(address, local) == 0 &&
+             (add ? rtnl_addr_add(socket, address, 0) : rtnl_addr_delete(socket, address, 0)) == 0;
+    }
+    nl_addr_put(local);
+    rtnl_addr_put(address);
+    nl_socket_free(socket);
+    return ok;
+}
+
+// The copy of the tables that queries read (netdev.cc) follows a change
+// made after the first query, with no wait: the notification is queued
+// before the change's system call returns. And queries without a change
+// between them read nothing from the kernel.
+[[noreturn]] void snapshot_child() {
+    // This process is a fork of one whose queries filled the copy, in
+    // another namespace: both must make it start over.
+    if (!enter_private_network_namespace()) {
+        _exit(kChildSkipped);
+    }
+    CHILD_CHECK(set_loopback_up(true));
+    std::optional<NetdevInfo> lo = query_netdev("lo", nullptr);
+    CHILD_CHECK(lo.has_value() && lo->port_active());
+    CHILD_CHECK(!has_address(*lo, AF_INET, "10.77.0.1"));
+    const uint64_t reads = usiw::netdev_table_reads();
+    for (int i = 0; i < 3; ++i) {
+        CHILD_CHECK(query_netdev("lo", nullptr).has_value());
+        CHILD_CHECK(!list_netdevs(nullptr).empty());
+    }
+    CHILD_CHECK(usiw::netdev_table_reads() == reads);
+
+    CHILD_CHECK(change_loopback_address("10.77.0.1", true));
+    lo = query_netdev("lo", nullptr);
+    CHILD_CHECK(lo.has_value() && has_address(*lo, AF_INET, "10.77.0.1"));
+    CHILD_CHECK(usiw::netdev_table_reads() == reads + 1);
+
+    CHILD_CHECK(change_loopback_address("10.77.0.1", false));
+    lo = query_netdev("lo", nullptr);
+    CHILD_CHECK(lo.has_value() && !has_address(*lo, AF_INET, "10.77.0.1"));
+
+    // A netdev that is not there is said to be missing only after a fresh
+    // read.
+    const uint64_t before_missing = usiw::netdev_table_reads();
+    bool missing = false;
+    CHILD_CHECK(!query_netdev("nosuch0", nullptr, &missing).has_value() && missing);
+    CHILD_CHECK(usiw::netdev_table_reads() == before_missing + 1);
+    _exit(0);
+}
+
+// Runs `body` in a child process and checks its exit status (skips on
+// kChildSkipped).
+void run_child(void (*body)()) {
     std::fflush(nullptr);
     const pid_t child = fork();
     assert_true(child >= 0);
     if (child == 0) {
-        port_state_child();
+        body();
     }
     int status = 0;
     assert_int_equal(waitpid(child, &status, 0), child);
@@ -297,6 +362,14 @@ void test_port_follows_netdev_in_private_namespace(void**) {
         skip();
     }
     assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+void test_port_follows_netdev_in_private_namespace(void**) {
+    run_child(port_state_child);
+}
+
+void test_snapshot_follows_address_changes(void**) {
+    run_child(snapshot_child);
 }
 
 }  // namespace
@@ -314,6 +387,7 @@ int main(void) {
         cmocka_unit_test(test_gid_from_ipv6_is_unchanged),
         cmocka_unit_test(test_monitor_opens_and_drains_without_blocking),
         cmocka_unit_test(test_port_follows_netdev_in_private_namespace),
+        cmocka_unit_test(test_snapshot_follows_address_changes),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

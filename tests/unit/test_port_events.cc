@@ -12,6 +12,9 @@
 // it, go away when the process exits. It needs root and `ip`; without them
 // every test is skipped.
 //
+// It also checks that rdma_cm listens on and connects to an address the
+// moment it is added to the netdev.
+//
 // The interface is a dummy; where the kernel has no dummy driver, one end of
 // a veth pair whose peer stays up, which behaves the same for the port.
 
@@ -19,6 +22,8 @@
 #include <errno.h>
 #include <infiniband/verbs.h>
 #include <net/if.h>
+#include <poll.h>
+#include <rdma/rdma_cma.h>
 #include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -31,6 +36,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fixture.h"
@@ -291,6 +297,91 @@ void test_addresses_change_gids(void** state) {
     expect_no_async(world.ctx, "port 1", 200);
 }
 
+// Waits (at most kTimeoutMs) for the next event of the synchronous id
+// `id`'s channel to be readable, so that a failure cannot hang the test.
+bool event_ready(rdma_cm_id* id) {
+    pollfd p{id->channel->fd, POLLIN, 0};
+    return poll(&p, 1, kTimeoutMs) == 1;
+}
+
+// An RC QP of the id's own (default PD, its own CQ from rdma_create_qp).
+void give_qp(rdma_cm_id* id) {
+    ibv_qp_init_attr attr{};
+    attr.qp_type = IBV_QPT_RC;
+    attr.cap.max_send_wr = attr.cap.max_recv_wr = 1;
+    attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
+    assert_int_equal(rdma_create_qp(id, nullptr, &attr), 0);
+}
+
+// rdma_cm looks up which device owns an address in a copy of the netdevs'
+// addresses that follows rtnetlink's notifications (host/netdev.cc).
+// Earlier tests have filled that copy; an address added now must be
+// listened on and connected to at once, without waiting for anything, and
+// both ends must be on the netdev's device.
+void test_rdma_cm_on_an_address_added_now(void** state) {
+    (void)state;
+    skip_unless_ready();
+    // The kernel delivers traffic between local addresses through lo.
+    assert_int_equal(run("ip link set lo up"), 0);
+    constexpr const char* kAddress = "198.51.100.7";
+    const std::string dev = kNetdev;
+    assert_int_equal(run(std::string("ip addr add ") + kAddress + "/24 dev " + dev), 0);
+
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(7471);
+    assert_int_equal(inet_pton(AF_INET, kAddress, &address.sin_addr), 1);
+    auto* sa = reinterpret_cast<sockaddr*>(&address);
+
+    rdma_cm_id* listener = nullptr;
+    assert_int_equal(rdma_create_id(nullptr, &listener, nullptr, RDMA_PS_TCP), 0);
+    EXPECT(rdma_bind_addr(listener, sa) == 0, "rdma_bind_addr %s: %s", kAddress,
+           std::strerror(errno));
+    assert_string_equal(ibv_get_device_name(listener->verbs->device), kDevice);
+    assert_int_equal(rdma_listen(listener, 4), 0);
+
+    rdma_cm_id* accepted = nullptr;
+    int accept_rc = -1;
+    std::thread server([&] {
+        if (!event_ready(listener) || rdma_get_request(listener, &accepted) != 0)
+            return;
+        ibv_qp_init_attr attr{};
+        attr.qp_type = IBV_QPT_RC;
+        attr.cap.max_send_wr = attr.cap.max_recv_wr = 1;
+        attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
+        if (rdma_create_qp(accepted, nullptr, &attr) == 0)
+            accept_rc = rdma_accept(accepted, nullptr);
+    });
+    rdma_cm_id* client = nullptr;
+    assert_int_equal(rdma_create_id(nullptr, &client, nullptr, RDMA_PS_TCP), 0);
+    const int resolve_rc = rdma_resolve_addr(client, nullptr, sa, kTimeoutMs);
+    int connect_rc = -1;
+    if (resolve_rc == 0 && rdma_resolve_route(client, kTimeoutMs) == 0) {
+        give_qp(client);
+        connect_rc = rdma_connect(client, nullptr);
+    }
+    server.join();
+    EXPECT(resolve_rc == 0, "rdma_resolve_addr %s: %s", kAddress, std::strerror(errno));
+    assert_int_equal(connect_rc, 0);
+    assert_int_equal(accept_rc, 0);
+    assert_string_equal(ibv_get_device_name(client->verbs->device), kDevice);
+    assert_string_equal(ibv_get_device_name(accepted->verbs->device), kDevice);
+
+    assert_int_equal(rdma_disconnect(client), 0);
+    assert_int_equal(rdma_disconnect(accepted), 0);
+    rdma_destroy_qp(client);
+    rdma_destroy_qp(accepted);
+    assert_int_equal(rdma_destroy_id(client), 0);
+    assert_int_equal(rdma_destroy_id(accepted), 0);
+    assert_int_equal(rdma_destroy_id(listener), 0);
+
+    // The port's events of the address, before the next test's.
+    expect_port_event(world.ctx, IBV_EVENT_GID_CHANGE);
+    assert_int_equal(run(std::string("ip addr del ") + kAddress + "/24 dev " + dev), 0);
+    expect_port_event(world.ctx, IBV_EVENT_GID_CHANGE);
+    expect_no_async(world.ctx, "port 1", 200);
+}
+
 // The netdev vanishing takes the port down.
 void test_netdev_removed(void** state) {
     (void)state;
@@ -307,6 +398,7 @@ int main(void) {
         cmocka_unit_test(test_port_active_on_up_netdev),
         cmocka_unit_test(test_link_down_and_up),
         cmocka_unit_test(test_addresses_change_gids),
+        cmocka_unit_test(test_rdma_cm_on_an_address_added_now),
         cmocka_unit_test(test_netdev_removed),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -39,8 +39,9 @@ bool same_address(const SockAddr& a, const NetdevAddress& n) {
     return std::memcmp(&v6(a).sin6_addr, n.bytes.data(), 16) == 0;
 }
 
-// The devices' netdevs as they are now (addresses move; a cached copy
-// would be stale exactly when it matters).
+// The devices' netdevs as they are now. query_netdev answers from a copy
+// of the kernel's tables that follows every change rtnetlink announces
+// (host/netdev.cc), so this costs no netlink dump unless something changed.
 struct DeviceNetdev {
     Device* device;
     std::optional<NetdevInfo> info;
@@ -201,11 +202,19 @@ Device* device_owning(const std::vector<DeviceNetdev>& netdevs, const SockAddr& 
 
 Device* device_for_local_address(const SockAddr& address) {
     const SockAddr a = address.unmapped();
-    const std::vector<DeviceNetdev> netdevs = current_netdevs();
-    if (Device* d = device_owning(netdevs, a))
-        return d;
-    // 127.0.0.0/8 is all the loopback netdev's, though it lists 127.0.0.1.
-    return a.is_loopback() ? loopback_device(netdevs) : nullptr;
+    for (bool fresh : {false, true}) {
+        // "No device" fails the caller (ENODEV, a dropped connection): say
+        // it only from tables read just now.
+        if (fresh)
+            forget_netdev_tables();
+        const std::vector<DeviceNetdev> netdevs = current_netdevs();
+        if (Device* d = device_owning(netdevs, a))
+            return d;
+        // 127.0.0.0/8 is all the loopback netdev's, though it lists 127.0.0.1.
+        if (a.is_loopback())
+            return loopback_device(netdevs);
+    }
+    return nullptr;
 }
 
 bool loopback_has_device() {

@@ -4,8 +4,9 @@
 // Threads. The application calls rdma_* on any threads. One engine thread
 // per process (started by the first rdma_* call that needs it) waits in
 // epoll_wait on every socket the CM owns (listening sockets, connections
-// in TCP connect or MPA exchange) plus an eventfd for wake-ups, with the
-// nearest timer as timeout. Datapath threads tell the CM that a stream
+// in TCP connect or MPA exchange) plus an eventfd for wake-ups and a timerfd
+// for deadlines armed from other threads, with the nearest timer as
+// timeout. Datapath threads tell the CM that a stream
 // ended (StreamObserver::stream_ended), possibly holding QP locks.
 //
 // Locking. One lock, the CM lock (cm_mutex()), protects all CM state: ids,
@@ -32,6 +33,7 @@
 
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -55,6 +57,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kWakeToken = 0;
+constexpr uint64_t kTimerToken = UINT64_MAX;  // never a client's: tokens count up from 1
+
+// Set on the engine's thread. A timer armed or a client retired there
+// needs no wake-up: the thread frees the retired at the end of its batch
+// and reads the nearest deadline before it waits again.
+thread_local bool t_on_engine_thread = false;
 constexpr int kMaxEventsPerWait = 64;
 
 // Runs one piece of CM work on the engine thread. Nothing may escape: an
@@ -72,7 +80,11 @@ void shielded(Work&& work) noexcept {
 
 struct Engine::Impl {
     UniqueFd epoll_fd;
-    UniqueFd wake_fd;  // eventfd: the inbox has work, or a timer moved earlier
+    UniqueFd wake_fd;  // eventfd: the inbox has work
+    // Expires at the earliest deadline armed from another thread: a new
+    // earliest deadline costs that thread one timerfd_settime, not a
+    // wake-up of the engine's (which reads the deadline when it next waits).
+    UniqueFd timer_fd;
     std::mutex start_mutex;  // its own: start() runs with or without the CM lock
     std::atomic<bool> started{false};
 
@@ -129,6 +141,7 @@ int Engine::start_thread() {
         log_error("rdma_cm: cannot start the CM engine: %s: %s", what, strerror(err));
         impl_->epoll_fd.reset();
         impl_->wake_fd.reset();
+        impl_->timer_fd.reset();
         return err;
     };
     impl_->epoll_fd.reset(epoll_create1(EPOLL_CLOEXEC));
@@ -137,10 +150,16 @@ int Engine::start_thread() {
     impl_->wake_fd.reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     if (!impl_->wake_fd)
         return failed("eventfd");
+    impl_->timer_fd.reset(timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
+    if (!impl_->timer_fd)
+        return failed("timerfd_create");
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.u64 = kWakeToken;
     if (epoll_ctl(impl_->epoll_fd.get(), EPOLL_CTL_ADD, impl_->wake_fd.get(), &ev) != 0)
+        return failed("epoll_ctl");
+    ev.data.u64 = kTimerToken;
+    if (epoll_ctl(impl_->epoll_fd.get(), EPOLL_CTL_ADD, impl_->timer_fd.get(), &ev) != 0)
         return failed("epoll_ctl");
     try {
         std::thread([this] { run(); }).detach();
@@ -191,8 +210,19 @@ void Engine::arm_timer(EngineClient* client, int milliseconds) {
     const auto when = Clock::now() + std::chrono::milliseconds(milliseconds);
     const bool earliest = impl_->timers.empty() || when < impl_->timers.begin()->first;
     impl_->timer_of[client] = impl_->timers.emplace(when, client);
-    if (earliest)
-        impl_->wake();  // the engine may be sleeping on a later deadline
+    if (earliest && !t_on_engine_thread) {
+        // The engine may be sleeping on a later deadline. steady_clock is
+        // CLOCK_MONOTONIC, the timerfd's clock.
+        const auto ns =
+            std::chrono::duration_cast<std::chrono::nanoseconds>(when.time_since_epoch()).count();
+        itimerspec at{};
+        at.it_value.tv_sec = static_cast<time_t>(ns / 1000000000);
+        at.it_value.tv_nsec = static_cast<long>(ns % 1000000000);
+        if (at.it_value.tv_sec == 0 && at.it_value.tv_nsec == 0)
+            at.it_value.tv_nsec = 1;  // zero would disarm it
+        if (timerfd_settime(impl_->timer_fd.get(), TFD_TIMER_ABSTIME, &at, nullptr) != 0)
+            impl_->wake();
+    }
 }
 
 void Engine::cancel_timer(EngineClient* client) {
@@ -212,6 +242,8 @@ void Engine::retire(EngineClient* client) {
             ++it;
     }
     impl_->retired.push_back(client);
+    if (t_on_engine_thread)
+        return;  // freed at the end of this batch
     if (impl_->started.load())
         impl_->wake();  // freed at the end of the engine's next batch
     else
@@ -265,6 +297,7 @@ void Engine::run_timers() {
 }
 
 void Engine::run() {
+    t_on_engine_thread = true;
     epoll_event events[kMaxEventsPerWait];
     for (;;) {
         int timeout_ms = -1;
@@ -284,11 +317,12 @@ void Engine::run() {
         std::lock_guard lock(cm_mutex());
         for (int i = 0; i < n; ++i) {
             const uint64_t token = events[i].data.u64;
-            if (token == kWakeToken) {
+            if (token == kWakeToken || token == kTimerToken) {
+                const int fd = token == kWakeToken ? impl_->wake_fd.get() : impl_->timer_fd.get();
                 uint64_t count;
-                while (read(impl_->wake_fd.get(), &count, sizeof count) > 0) {
+                while (read(fd, &count, sizeof count) > 0) {
                 }
-                continue;
+                continue;  // run_timers below runs what is due
             }
             auto it = impl_->watched.find(token);
             if (it != impl_->watched.end())

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 #include <new>
+#include <utility>
 
 #include "cm/cm_engine.h"
 #include "cm/connection.h"
@@ -357,8 +358,12 @@ int resolve_addr(CmId* c, const sockaddr* src, const sockaddr* dst, int /*timeou
         // one the kernel routes the destination from.
         SockAddr local;
         int status = 0;
+        const auto routed = std::exchange(c->routed_source, std::nullopt);
         if (bound && !bound->is_any())
             local = *bound;
+        else if (routed && routed->destination.same_host(*destination) &&
+                 routed->destination.family() == destination->family())
+            local = routed->source;  // asked a moment ago, in this call (dispatch.cc)
         else
             status = -route_source(*destination, &local);
         DeviceContext* dc = c->device;
@@ -532,6 +537,11 @@ int disconnect(CmId* c) {
             case IdState::kConnectRequest:
             case IdState::kAccepting:
                 wait = c->conn && c->conn->disconnect();
+                // A stream with nothing left to send ends inside
+                // qp_disconnect and reports it through the inbox: deliver
+                // DISCONNECTED now rather than after a round through the
+                // engine's thread.
+                Engine::get().drain_inbox();
                 break;
             case IdState::kDisconnected:
                 // Already over; a synchronous id still collects its event.

@@ -3,6 +3,7 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
@@ -274,7 +275,15 @@ int Connection::connect(CmId* id, Qp* qp, uint16_t ird, uint16_t ord,
     if (::connect(conn->fd_.get(), destination->sa(), destination->len) == 0) {
         conn->on_tcp_connected();
     } else if (errno == EINPROGRESS) {
-        conn->watch(EPOLLOUT);
+        // To an address of this host the handshake has usually finished
+        // inside connect() (the kernel runs both ends before it returns):
+        // then the request goes out now, without a round through the
+        // engine's thread.
+        pollfd done{conn->fd_.get(), POLLOUT, 0};
+        if (poll(&done, 1, 0) == 1)
+            conn->on_tcp_connected();
+        else
+            conn->watch(EPOLLOUT);
     } else {
         // Loopback refuses at once; the application still gets an event.
         const int err = errno;
@@ -388,7 +397,13 @@ void Connection::incoming(CmId* listener, UniqueFd fd, DeviceContext* device) {
     listener->pending.insert(conn);
     set_nodelay(conn->fd_.get());
     Engine::get().arm_timer(conn, conn->policy_.request_timeout_ms);
-    conn->watch(EPOLLIN);  // after the timer: a failed watch re-arms it
+    // An initiator sends its request as soon as its handshake is done, so
+    // it is often here already: read it now, and watch the socket only if
+    // it is not (or not all) in. A connection dropped by read_request is
+    // retired, freed only at the end of the engine's batch.
+    conn->read_request();
+    if (conn->state_ == ConnState::kAwaitingRequest)
+        conn->watch(EPOLLIN);  // after the timer: a failed watch re-arms it
 }
 
 void Connection::read_request() {

@@ -46,10 +46,14 @@ int decide_by_route(CmId* c, const std::optional<SockAddr>& source, const SockAd
     if (c->state != IdState::kIdle)
         return 0;
     SockAddr local;
-    if (source && !source->is_any())
+    if (source && !source->is_any()) {
         local = *source;
-    else if (destination.is_any() || route_source(destination, &local) != 0)
-        return 0;
+    } else {
+        if (destination.is_any() || route_source(destination, &local) != 0)
+            return 0;
+        std::lock_guard lock(cm_mutex());
+        c->routed_source = CmId::RoutedSource{destination, local};  // for user resolve_addr
+    }
     return kernel::decide(c, local);
 }
 

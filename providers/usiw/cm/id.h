@@ -85,6 +85,16 @@ struct CmId {
     // rdma_addrinfo's ai_connect: private data put before the application's.
     std::vector<std::byte> connect_data;
 
+    // The source address the kernel routes `destination` from, as
+    // rdma_resolve_addr's dispatch found it deciding the id's kind; the
+    // resolve that follows in the same call takes it instead of asking the
+    // kernel again.
+    struct RoutedSource {
+        SockAddr destination;
+        SockAddr source;
+    };
+    std::optional<RoutedSource> routed_source;
+
     // rdma_set_option.
     std::optional<uint8_t> tos;
     std::optional<uint8_t> ack_timeout;  // RDMA_OPTION_ID_ACK_TIMEOUT, kept on the QP

@@ -827,6 +827,10 @@ class Connector final : public QpConnector {
             let_go_of_connection(registry(), r);
             r->stage = now == IBV_QPS_RESET ? Stage::kIdle : Stage::kDown;
         }
+        // INIT is nothing to the engine (refresh); every QP passes it, and
+        // rdma_cm's QPs on each connection: no wake-up for it.
+        if (now == IBV_QPS_INIT)
+            return;
         if (!r->dirty) {
             r->dirty = true;
             registry().dirty.push_back(r);

@@ -12,10 +12,13 @@
 #include <netlink/route/link.h>
 #include <netlink/socket.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 
 namespace usiw {
 
@@ -29,11 +32,6 @@ struct NlCacheDeleter {
     void operator()(nl_cache* cache) const { nl_cache_free(cache); }
 };
 using NlCachePtr = std::unique_ptr<nl_cache, NlCacheDeleter>;
-
-struct RtnlLinkDeleter {
-    void operator()(rtnl_link* link) const { rtnl_link_put(link); }
-};
-using RtnlLinkPtr = std::unique_ptr<rtnl_link, RtnlLinkDeleter>;
 
 void set_error(std::string* error, std::string message) {
     if (error != nullptr) {
@@ -193,55 +191,194 @@ std::array<uint8_t, 6> synthetic_mac(int ifindex, const std::string& name) {
 
 }  // namespace
 
+// --- the snapshot every query reads ---
+//
+// Connection setup asks which device owns an address on every connect,
+// accept and bind; dumping the kernel's link and address tables each time
+// (a socket, two dumps) cost more than the rest of an accept. So the process
+// keeps one copy of the tables and re-reads them only when they change.
+//
+// It is never staler than a dump made at the same moment would be. Its
+// NetdevMonitor subscribes before the tables are read, so no change falls
+// between the two; and rtnetlink queues a change's notification on every
+// subscribed socket inside the system call that makes the change (an `ip
+// address add` has returned only once the notification is queued). Each
+// query first drains that socket (one poll() when nothing changed) and
+// re-reads both tables if anything changed or notifications were lost. What
+// the kernel changes later on its own (an IPv6 address leaving duplicate
+// address detection, a carrier coming up) it announces then, and a dump
+// would not have shown it earlier either.
+//
+// The copy belongs to one network namespace and one process: a query from a
+// thread in another namespace (setns, unshare), or from a child of fork()
+// (which shares the parent's socket), reads the tables afresh. Without a
+// subscription (no rtnetlink, no /proc to name the namespace) every query
+// dumps, as before.
+namespace {
+
+struct NetnsId {
+    dev_t dev = 0;
+    ino_t ino = 0;
+    bool operator==(const NetnsId&) const = default;
+};
+
+// The calling thread's network namespace; nullopt if /proc cannot say.
+std::optional<NetnsId> current_netns() {
+    struct stat st {};
+    if (stat("/proc/thread-self/ns/net", &st) != 0)
+        return std::nullopt;
+    return NetnsId{st.st_dev, st.st_ino};
+}
+
+struct Snapshot {
+    std::mutex mutex;                        // protects everything below; held across a re-read
+    std::unique_ptr<NetdevMonitor> monitor;  // subscribed before `netdevs` was read
+    std::optional<NetnsId> netns;            // where `monitor` and `netdevs` come from
+    std::vector<NetdevInfo> netdevs;         // by ifindex
+    bool valid = false;  // `netdevs` is current as long as `monitor` reports no change
+    uint64_t reads = 0;  // table reads (netdev_table_reads)
+};
+
+void install_fork_handlers();
+
+Snapshot& snapshot() {
+    static auto* s = new Snapshot;  // never destroyed: queries may run during exit
+    // Before anyone takes the snapshot's lock: a fork() in progress holds
+    // glibc's handler list while it runs the prepare handlers, and
+    // pthread_atfork waits for that list.
+    install_fork_handlers();
+    return *s;
+}
+
+// A child of fork() holds its parent's subscription socket: reading it would
+// take notifications meant for the parent. The child drops its copy (closing
+// only its own descriptor) and starts over.
+void snapshot_fork_prepare() {
+    snapshot().mutex.lock();
+}
+void snapshot_fork_parent() {
+    snapshot().mutex.unlock();
+}
+void snapshot_fork_child() {
+    Snapshot& s = snapshot();
+    s.monitor.reset();
+    s.valid = false;
+    s.mutex.unlock();
+}
+
+void install_fork_handlers() {
+    static std::once_flag installed;
+    std::call_once(installed, [] {
+        pthread_atfork(snapshot_fork_prepare, snapshot_fork_parent, snapshot_fork_child);
+    });
+}
+
+// Reads both tables into `s`; false with `error` set (and `s` invalid) if
+// rtnetlink cannot be read. With the snapshot's lock held.
+bool reread(Snapshot& s, std::string* error) {
+    s.valid = false;
+    const std::optional<NetnsId> netns = current_netns();
+    if (!netns || netns != s.netns) {
+        s.monitor.reset();
+        s.netns = netns;
+    }
+    if (!s.monitor && s.netns) {
+        // Subscribe first: a change during the reads below is then seen by
+        // the next query. Without a subscription, every query reads again.
+        s.monitor = NetdevMonitor::open(nullptr);
+    } else if (s.monitor) {
+        s.monitor->drain();  // what it holds predates the reads below
+    }
+    NlSocketPtr socket = connect_route_socket(error);
+    if (!socket)
+        return false;
+    NlCachePtr links = fill_link_cache(socket.get(), error);
+    if (!links)
+        return false;
+    NlCachePtr addresses = fill_address_cache(socket.get(), error);
+    if (!addresses)
+        return false;
+    ++s.reads;
+    s.netdevs.clear();
+    for (nl_object* object = nl_cache_get_first(links.get()); object != nullptr;
+         object = nl_cache_get_next(object)) {
+        NetdevInfo info = describe_link(reinterpret_cast<rtnl_link*>(object));
+        info.addresses = addresses_of(addresses.get(), info.ifindex);
+        s.netdevs.push_back(std::move(info));
+    }
+    std::sort(s.netdevs.begin(), s.netdevs.end(),
+              [](const NetdevInfo& a, const NetdevInfo& b) { return a.ifindex < b.ifindex; });
+    s.valid = s.monitor != nullptr;
+    return true;
+}
+
+// Brings `s` up to date; false with `error` set if it cannot be read. Sets
+// `*reread_now` if it read the tables. With the snapshot's lock held.
+bool bring_up_to_date(Snapshot& s, std::string* error, bool* reread_now) {
+    *reread_now = false;
+    if (s.valid && s.monitor && !s.monitor->drain() && current_netns() == s.netns)
+        return true;
+    *reread_now = true;
+    return reread(s, error);
+}
+
+const NetdevInfo* find_netdev(const Snapshot& s, const std::string& name) {
+    for (const NetdevInfo& info : s.netdevs)
+        if (info.name == name)
+            return &info;
+    return nullptr;
+}
+
+}  // namespace
+
 std::optional<NetdevInfo> query_netdev(const std::string& name, std::string* error, bool* missing) {
     if (missing)
         *missing = false;
-    NlSocketPtr socket = connect_route_socket(error);
-    if (!socket) {
+    Snapshot& s = snapshot();
+    std::lock_guard lock(s.mutex);
+    bool reread_now = false;
+    if (!bring_up_to_date(s, error, &reread_now))
         return std::nullopt;
+    const NetdevInfo* info = find_netdev(s, name);
+    // "No such device" only from tables read just now: the copy has been
+    // right so far, but an answer that fails a caller is worth one dump.
+    if (!info && !reread_now) {
+        if (!reread(s, error))
+            return std::nullopt;
+        info = find_netdev(s, name);
     }
-    NlCachePtr links = fill_link_cache(socket.get(), error);
-    if (!links) {
-        return std::nullopt;
-    }
-    RtnlLinkPtr link(rtnl_link_get_by_name(links.get(), name.c_str()));
-    if (!link) {
+    if (!info) {
         set_error(error, "no network device named '" + name + "'");
         if (missing)
             *missing = true;
         return std::nullopt;
     }
-    NetdevInfo info = describe_link(link.get());
-    NlCachePtr addresses = fill_address_cache(socket.get(), error);
-    if (!addresses) {
-        return std::nullopt;
-    }
-    info.addresses = addresses_of(addresses.get(), info.ifindex);
-    return info;
+    return *info;
 }
 
 std::vector<std::string> list_netdevs(std::string* error) {
-    NlSocketPtr socket = connect_route_socket(error);
-    if (!socket) {
+    Snapshot& s = snapshot();
+    std::lock_guard lock(s.mutex);
+    bool reread_now = false;
+    if (!bring_up_to_date(s, error, &reread_now))
         return {};
-    }
-    NlCachePtr links = fill_link_cache(socket.get(), error);
-    if (!links) {
-        return {};
-    }
-    std::vector<std::pair<int, std::string>> by_index;
-    for (nl_object* object = nl_cache_get_first(links.get()); object != nullptr;
-         object = nl_cache_get_next(object)) {
-        auto* link = reinterpret_cast<rtnl_link*>(object);
-        by_index.emplace_back(rtnl_link_get_ifindex(link), rtnl_link_get_name(link));
-    }
-    std::sort(by_index.begin(), by_index.end());
     std::vector<std::string> names;
-    names.reserve(by_index.size());
-    for (auto& [index, name] : by_index) {
-        names.push_back(std::move(name));
-    }
+    names.reserve(s.netdevs.size());
+    for (const NetdevInfo& info : s.netdevs)
+        names.push_back(info.name);
     return names;
+}
+
+void forget_netdev_tables() {
+    Snapshot& s = snapshot();
+    std::lock_guard lock(s.mutex);
+    s.valid = false;
+}
+
+uint64_t netdev_table_reads() {
+    Snapshot& s = snapshot();
+    std::lock_guard lock(s.mutex);
+    return s.reads;
 }
 
 uint64_t node_guid_from_mac(const std::array<uint8_t, 6>& mac) {

@@ -41,12 +41,26 @@ struct NetdevInfo {
 // with `error` set (e.g. "no network device named 'eth9'").
 // `*missing` (if given) tells a netdev that does not exist from a failure
 // to ask (rtnetlink unavailable or busy).
+//
+// Answered from the process's copy of the kernel's link and address tables,
+// which follows every change rtnetlink announces and is re-read only after
+// one (netdev.cc says why that is never stale); a netdev is reported
+// missing only after a fresh read. Thread-safe.
 std::optional<NetdevInfo> query_netdev(const std::string& name, std::string* error,
                                        bool* missing = nullptr);
 
 // Names of every netdev in the caller's network namespace, by ifindex.
-// Empty with `error` set if rtnetlink cannot be read.
+// Empty with `error` set if rtnetlink cannot be read. From the same copy.
 std::vector<std::string> list_netdevs(std::string* error);
+
+// Makes the next query read the tables afresh, for an answer that must not
+// rest on the copy (a lookup about to fail a caller).
+void forget_netdev_tables();
+
+// How many times this process has read the link and address tables from
+// the kernel (each a link dump and an address dump); tests check that
+// queries without changes between them read nothing.
+uint64_t netdev_table_reads();
 
 // The modified EUI-64 of a MAC (RFC 4291 appendix A, as kernel siw and rxe
 // build their node GUID): the U/L bit of byte 0 flipped and ff:fe inserted
