@@ -30,12 +30,18 @@ part() {
     # A rendezvous peer that never comes gives up after 2 s, not 10.
     with_links "$WORK/config" env USIW_RDV_TIMEOUT_MIN_MS=2000 "${envs[@]}" \
         timeout 600 "$USIW" run "$FAULTS" "$@" >"$log" 2>&1 || rc=$?
-    local line
+    # An indented line says what a check found; it comes before the check.
+    local line details=()
     while IFS= read -r line; do
         case $line in
             PASS:*) ok "$name: ${line#PASS: }" ;;
-            FAIL:*) bad "$name: ${line#FAIL: }" ;;
+            FAIL:*)
+                bad "$name: ${line#FAIL: }"
+                [ ${#details[@]} -eq 0 ] || printf '%s\n' "${details[@]}"
+                ;;
+            "  "*) details+=("$line"); continue ;;
         esac
+        details=()
     done <"$log"
     if [ "$rc" -ne 0 ] && ! grep -q '^FAIL' "$log"; then
         bad "$name: exit status $rc"
