@@ -333,8 +333,7 @@ void initiator_reads(FuzzedDataProvider& fdp) {
     reparse(request, wire::MpaKind::kRequest, pd);
 
     Conn c{ConnState::kTcpConnecting};
-    if (fdp.ConsumeBool())  // the request met a full socket
-        c.enter(ConnState::kSendingRequest);
+    c.enter(ConnState::kSendingRequest);
     c.enter(ConnState::kAwaitingReply);
     const bool close_after = fdp.ConsumeBool();
     const std::vector<std::byte> stream = consume_bytes(fdp, kMaxStream);
@@ -370,6 +369,7 @@ void usiw_to_usiw(FuzzedDataProvider& fdp) {
 
     Conn init{ConnState::kTcpConnecting};
     Conn resp{ConnState::kAwaitingRequest};
+    init.enter(ConnState::kSendingRequest);
     init.enter(ConnState::kAwaitingReply);
     MpaFrameReader rreader;
     const ReadResult req = read_in_pieces(fdp, rreader, wire::MpaKind::kRequest,

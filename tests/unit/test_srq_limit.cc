@@ -81,7 +81,7 @@ void expect_limit_event(Fixture& f) {
 // Takes one WQE as an arriving message would; checks it is the expected one.
 void take(Fixture& f, uint64_t expected_wr_id) {
     usiw::RecvWqe wqe;
-    assert_true(usiw::srq_take(usiw::to_srq(f.srq), &wqe));
+    assert_true(usiw::srq_take(usiw::to_object(f.srq), &wqe));
     assert_int_equal(wqe.wr_id, expected_wr_id);
     assert_int_equal(wqe.num_sge, 1);
     assert_int_equal(wqe.sge[0].addr, f.buffer.addr(offset_of(expected_wr_id)));
@@ -112,7 +112,7 @@ void test_not_armed_never_fires(void** state) {
         expect_no_async(f.ctx, "the SRQ", 0);
     }
     usiw::RecvWqe wqe;
-    assert_false(usiw::srq_take(usiw::to_srq(f.srq), &wqe));  // empty
+    assert_false(usiw::srq_take(usiw::to_object(f.srq), &wqe));  // empty
     expect_no_async(f.ctx, "the SRQ", 100);
 }
 

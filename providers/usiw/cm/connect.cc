@@ -276,7 +276,7 @@ int bind_locked(CmId* c, const SockAddr& address) {
 Qp* qp_for(CmId* c, const rdma_conn_param* param) {
     Qp* qp = nullptr;
     if (ibv_qp* own = c->id.qp)
-        qp = usiw_device(own->context->device) ? to_qp(own) : nullptr;
+        qp = usiw_device(own->context->device) ? to_object(own) : nullptr;
     else if (param && c->id.verbs)
         qp = find_qp(to_context(c->id.verbs), param->qp_num);
     if (!qp)

@@ -3,8 +3,6 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
-#include <sys/epoll.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -35,10 +33,13 @@ rdma_cm_event_type connect_reply_event(int status) {
     }
 }
 
-// A socket error during the MPA exchange as a connect status. A reset is
-// not a reject (which the mapping above would make of -ECONNRESET): siw
-// reports a peer that drops the connection mid-exchange as a connect error.
-int exchange_status(int error) {
+// A failed step of the MPA exchange as a connect status. A peer that
+// resets or drops the connection mid-exchange is not a reject (which the
+// mapping above would make of -ECONNRESET): siw reports it as a connect
+// error.
+int exchange_status(MpaFailure failure, int error) {
+    if (failure != MpaFailure::kPeerGone)
+        return -error;  // the TCP connect's errno, or EPROTO
     return error == 0 || error == ECONNRESET || error == EPIPE ? -ECONNABORTED : -error;
 }
 
@@ -157,32 +158,42 @@ int Connection::attach(StreamParams&& params) {
     return 0;
 }
 
-void Connection::on_io(uint32_t events) {
+void Connection::on_io(uint32_t) {
+    drive_exchange(fd_.get());
+}
+
+// What the exchange's steps came to, by the connection's state: the request
+// or the reply out, the peer's frame in, or the end of the exchange.
+void Connection::mpa_sent() {
     switch (state_) {
-        case ConnState::kTcpConnecting:
-            return on_tcp_connected();
         case ConnState::kSendingRequest:
-            return send_request();
-        case ConnState::kAwaitingReply:
-            return read_reply();
-        case ConnState::kAwaitingRequest:
-            return read_request();
-        case ConnState::kSendingReply: {
-            const int err = out_.write(fd_.get());
-            if (err == EAGAIN)
-                return;
-            if (err != 0)
-                return connect_failed(exchange_status(err),
-                                      "the peer went away during the MPA reply");
-            if (const int attach_err = reply_sent())
-                connect_failed(-attach_err, "the QP did not take the stream");
+            enter(ConnState::kAwaitingReply);
+            return receive_frame(wire::MpaKind::kReply);
+        case ConnState::kSendingReply:
+            if (const int err = reply_sent())
+                connect_failed(-err, "the QP did not take the stream");
             return;
-        }
         case ConnState::kSendingReject:
-            return send_reject();
+            return reject_done();
         default:
-            (void)events;
             return;
+    }
+}
+
+void Connection::mpa_received(const wire::MpaFrame& frame) {
+    if (state_ == ConnState::kAwaitingRequest)
+        return request_received(frame);
+    reply_received(frame);
+}
+
+void Connection::mpa_failed(MpaFailure failure, int error, const char* why) {
+    switch (state_) {
+        case ConnState::kAwaitingRequest:
+            return drop(why);
+        case ConnState::kSendingReject:
+            return reject_done();  // the peer is gone: nothing more to tell it
+        default:
+            return connect_failed(exchange_status(failure, error), why);
     }
 }
 
@@ -257,7 +268,6 @@ int Connection::connect(CmId* id, Qp* qp, uint16_t ird, uint16_t ord,
     if (!conn)
         return ENOMEM;
     conn->offer_ = offer;
-    conn->out_ = std::move(request);
     conn->qp_ = qp;
     conn->id_ = id;
     id->conn = conn;
@@ -272,70 +282,23 @@ int Connection::connect(CmId* id, Qp* qp, uint16_t ird, uint16_t ord,
     // One deadline for the TCP handshake and the MPA reply together: a
     // peer that never answers shows up as UNREACHABLE either way.
     Engine::get().arm_timer(conn, policy.reply_timeout_ms);
-    if (::connect(conn->fd_.get(), destination->sa(), destination->len) == 0) {
-        conn->on_tcp_connected();
-    } else if (errno == EINPROGRESS) {
-        // To an address of this host the handshake has usually finished
-        // inside connect() (the kernel runs both ends before it returns):
-        // then the request goes out now, without a round through the
-        // engine's thread.
-        pollfd done{conn->fd_.get(), POLLOUT, 0};
-        if (poll(&done, 1, 0) == 1)
-            conn->on_tcp_connected();
-        else
-            conn->watch(EPOLLOUT);
-    } else {
-        // Loopback refuses at once; the application still gets an event.
-        const int err = errno;
-        conn->connect_failed(-err, "TCP connect failed");
-    }
+    // A refusal at once (loopback) still reaches the application as an event.
+    conn->connect_and_request(conn->fd_.get(), destination->sa(), destination->len,
+                              std::move(request));
     return 0;
 }
 
-void Connection::on_tcp_connected() {
-    int error = 0;
-    socklen_t len = sizeof error;
-    if (getsockopt(fd_.get(), SOL_SOCKET, SO_ERROR, &error, &len) != 0)
-        error = errno;
-    if (error != 0)
-        return connect_failed(-error, "TCP connect failed");
+void Connection::mpa_connected() {
     if (id_) {
         const auto local = SockAddr::local_of(fd_.get());
         const auto peer = SockAddr::peer_of(fd_.get());
         if (local && peer)
             set_route(id_, &*local, &*peer);
     }
-    send_request();
+    enter(ConnState::kSendingRequest);
 }
 
-void Connection::send_request() {
-    const int err = out_.write(fd_.get());
-    if (err == 0) {
-        enter(ConnState::kAwaitingReply);
-        watch(EPOLLIN);
-    } else if (err == EAGAIN) {
-        if (state_ != ConnState::kSendingRequest)
-            enter(ConnState::kSendingRequest);
-        watch(EPOLLOUT);
-    } else {
-        connect_failed(exchange_status(err), "the peer went away before the MPA request was out");
-    }
-}
-
-void Connection::read_reply() {
-    switch (in_.read(fd_.get(), wire::MpaKind::kReply)) {
-        case MpaFrameReader::Status::kMore:
-            return;
-        case MpaFrameReader::Status::kClosed:
-        case MpaFrameReader::Status::kSocketError:
-            return connect_failed(exchange_status(in_.error()),
-                                  "the peer closed the connection before its MPA reply");
-        case MpaFrameReader::Status::kNotMpa:
-            return connect_failed(-EPROTO, wire::mpa_error_message(in_.parsed().error));
-        case MpaFrameReader::Status::kFrame:
-            break;
-    }
-    const wire::MpaFrame& reply = in_.parsed().frame;
+void Connection::reply_received(const wire::MpaFrame& reply) {
     const ReplyOutcome outcome = judge_reply(policy_, offer_, reply, kMaxOrdIrd);
     if (outcome.status != 0)
         return connect_failed(outcome.status, outcome.reason,
@@ -399,26 +362,13 @@ void Connection::incoming(CmId* listener, UniqueFd fd, DeviceContext* device) {
     Engine::get().arm_timer(conn, conn->policy_.request_timeout_ms);
     // An initiator sends its request as soon as its handshake is done, so
     // it is often here already: read it now, and watch the socket only if
-    // it is not (or not all) in. A connection dropped by read_request is
+    // it is not (or not all) in. A connection dropped on the way is
     // retired, freed only at the end of the engine's batch.
-    conn->read_request();
-    if (conn->state_ == ConnState::kAwaitingRequest)
-        conn->watch(EPOLLIN);  // after the timer: a failed watch re-arms it
+    conn->receive_frame_now(conn->fd_.get(),
+                            wire::MpaKind::kRequest);  // after the timer: a failed watch re-arms it
 }
 
-void Connection::read_request() {
-    switch (in_.read(fd_.get(), wire::MpaKind::kRequest)) {
-        case MpaFrameReader::Status::kMore:
-            return;
-        case MpaFrameReader::Status::kClosed:
-        case MpaFrameReader::Status::kSocketError:
-            return drop("the peer closed the connection before its MPA request");
-        case MpaFrameReader::Status::kNotMpa:
-            return drop(wire::mpa_error_message(in_.parsed().error));
-        case MpaFrameReader::Status::kFrame:
-            break;
-    }
-    const wire::MpaFrame& request = in_.parsed().frame;
+void Connection::request_received(const wire::MpaFrame& request) {
     Engine::get().cancel_timer(this);
     request_ = judge_request(policy_, request, kMaxOrdIrd);
     if (request_.refuse)
@@ -459,23 +409,20 @@ void Connection::read_request() {
 void Connection::refuse_request(const char* why) {
     count(device_->device->stats->cm_refused);
     log_debug("rdma_cm: rejecting MPA request from %s: %s", peer_name(fd_.get()).c_str(), why);
-    out_ = PendingWrite(reject_frame(request_, policy_.gso_hint, {}));
     enter(ConnState::kSendingReject);
-    send_reject();
+    send_reject(PendingWrite(reject_frame(request_, policy_.gso_hint, {})));
 }
 
-void Connection::send_reject() {
-    const int err = out_.write(fd_.get());
-    if (err == EAGAIN) {
-        if (!reject_waiting_) {  // the first short write: wait for room, not forever
-            reject_waiting_ = true;
-            Engine::get().arm_timer(this, policy_.request_timeout_ms);
-            watch(EPOLLOUT);
-        }
-        return;
-    }
-    // Out (or the peer is gone): our half closes after the frame, so the
-    // initiator reads the whole reject before the end of the stream.
+void Connection::send_reject(PendingWrite frame) {
+    // A peer that reads nothing holds the frame up for a while, not forever
+    // (on_timer); out at once, finish() cancels the timer.
+    Engine::get().arm_timer(this, policy_.request_timeout_ms);
+    send_frame(fd_.get(), std::move(frame));
+}
+
+void Connection::reject_done() {
+    // Our half closes after the frame, so the initiator reads the whole
+    // reject before the end of the stream.
     shutdown(fd_.get(), SHUT_WR);
     finish();
 }
@@ -504,27 +451,25 @@ int Connection::accept(Qp* qp, uint16_t ird, uint16_t ord,
         return ECONNRESET;
     }
     terms_ = accept_terms(request_, ird, ord, kMaxOrdIrd);
-    out_ = PendingWrite(reply_frame(request_, policy_.gso_hint, terms_, private_data));
+    PendingWrite reply(reply_frame(request_, policy_.gso_hint, terms_, private_data));
     qp_ = qp;
-    const int err = out_.write(fd_.get());
-    if (err == 0) {
-        if (const int attach_err = reply_sent()) {
-            cm::enter(&id_->state, IdState::kClosed, id_);
-            finish();
-            return attach_err;
-        }
-        return 0;
-    }
+    // The first write is rdma_accept's own: what fails now is its return
+    // value, not an event.
+    const int err = reply.write(fd_.get());
     if (err == EAGAIN) {
+        // The rest goes out as the socket drains (mpa_sent, mpa_failed).
         cm::enter(&id_->state, IdState::kAccepting, id_);
         enter(ConnState::kSendingReply);
         Engine::get().arm_timer(this, policy_.reply_timeout_ms);
-        watch(EPOLLOUT);
+        send_frame(fd_.get(), std::move(reply));
         return 0;
     }
-    cm::enter(&id_->state, IdState::kClosed, id_);
-    finish();
-    return err;
+    const int failed = err != 0 ? err : reply_sent();
+    if (failed) {
+        cm::enter(&id_->state, IdState::kClosed, id_);
+        finish();
+    }
+    return failed;
 }
 
 int Connection::reply_sent() {
@@ -553,13 +498,12 @@ int Connection::reject(std::span<const std::byte> private_data) {
         return EINVAL;
     if (private_data.size() > max_app_private_data(request_.enhanced))
         return EINVAL;
-    out_ = PendingWrite(reject_frame(request_, policy_.gso_hint, private_data));
     cm::enter(&id_->state, IdState::kClosed, id_);
     // The reject goes out on its own; the id is done with the connection.
     id_->conn = nullptr;
     id_ = nullptr;
     enter(ConnState::kSendingReject);
-    send_reject();
+    send_reject(PendingWrite(reject_frame(request_, policy_.gso_hint, private_data)));
     return 0;
 }
 

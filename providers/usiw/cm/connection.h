@@ -30,7 +30,10 @@
 
 namespace usiw::cm {
 
-class Connection final : public EngineClient, public StreamObserver, public InboxItem {
+class Connection final : public EngineClient,
+                         public StreamObserver,
+                         public InboxItem,
+                         private MpaExchange {
   public:
     // rdma_connect: starts the TCP connect from `id`'s bound socket to its
     // destination; the MPA request follows. `qp` gets the stream. Returns
@@ -76,17 +79,23 @@ class Connection final : public EngineClient, public StreamObserver, public Inbo
     void close_socket();
     void finish();  // closed and id-less: retire
 
+    // MpaExchange: the socket's part of the exchange.
+    void mpa_watch(uint32_t events) override { watch(events); }
+    void mpa_connected() override;
+    void mpa_sent() override;
+    void mpa_received(const wire::MpaFrame& frame) override;
+    void mpa_failed(MpaFailure failure, int error, const char* why) override;
+
     // Active side.
-    void on_tcp_connected();
-    void send_request();
-    void read_reply();
+    void reply_received(const wire::MpaFrame& reply);
     void connect_failed(int status, const char* why, std::span<const std::byte> private_data = {});
     void attach_active(const ReplyOutcome& outcome, std::span<const std::byte> private_data);
 
     // Passive side.
-    void read_request();
+    void request_received(const wire::MpaFrame& request);
     void refuse_request(const char* why);
-    void send_reject();          // writes the reject frame; closes when it is out
+    void send_reject(PendingWrite frame);  // closes once the frame is out
+    void reject_done();                    // our half closes after the reject frame
     int reply_sent();            // the accept reply is out: attach, ESTABLISHED; 0 or errno
     void drop(const char* why);  // silently, before the application saw anything
 
@@ -102,11 +111,7 @@ class Connection final : public EngineClient, public StreamObserver, public Inbo
     MpaPolicy policy_;
     Qp* qp_ = nullptr;
     bool datapath_holds_ = false;  // attached; the end of the stream not yet heard
-    bool reject_waiting_ = false;  // the reject frame waits for room in the socket
     int watch_error_ = 0;          // watch() failed: on_timer() ends the connection with it
-
-    MpaFrameReader in_;  // the peer's MPA frame, read exactly
-    PendingWrite out_;   // ours
 
     Offer offer_{};             // active: what the request said
     RequestOutcome request_{};  // passive: what we made of the request

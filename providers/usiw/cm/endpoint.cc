@@ -137,7 +137,7 @@ void destroy_qp(CmId* c) {
     {
         std::lock_guard lock(cm_mutex());
         if (c->conn)
-            c->conn->forget_qp(to_qp(id->qp));
+            c->conn->forget_qp(to_object(id->qp));
     }
     // With a live stream the datapath reports its end (DISCONNECTED).
     ibv_destroy_qp(id->qp);

@@ -3,9 +3,12 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <utility>
 
 namespace usiw::cm {
 
@@ -53,6 +56,104 @@ int PendingWrite::write(int fd) {
         return n < 0 ? errno : EPIPE;
     }
     return 0;
+}
+
+void MpaExchange::connect_and_request(int fd, const sockaddr* destination, socklen_t length,
+                                      PendingWrite request) {
+    out_ = std::move(request);
+    if (::connect(fd, destination, length) == 0)
+        return tcp_connect_done(fd);
+    if (errno == EINPROGRESS) {
+        step_ = Step::kTcpConnecting;
+        pollfd done{fd, POLLOUT, 0};
+        if (poll(&done, 1, 0) == 1)
+            return tcp_connect_done(fd);
+        return mpa_watch(EPOLLOUT);
+    }
+    // Loopback refuses at once.
+    step_ = Step::kIdle;
+    mpa_failed(MpaFailure::kTcpConnect, errno, "TCP connect failed");
+}
+
+void MpaExchange::send_frame(int fd, PendingWrite frame) {
+    out_ = std::move(frame);
+    step_ = Step::kSending;
+    write_on(fd);
+}
+
+void MpaExchange::receive_frame(wire::MpaKind kind) {
+    in_ = MpaFrameReader();
+    awaited_ = kind;
+    step_ = Step::kReceiving;
+    mpa_watch(EPOLLIN);
+}
+
+void MpaExchange::receive_frame_now(int fd, wire::MpaKind kind) {
+    in_ = MpaFrameReader();
+    awaited_ = kind;
+    step_ = Step::kReceiving;
+    read_on(fd);
+    if (step_ == Step::kReceiving)  // not (or not all) in yet
+        mpa_watch(EPOLLIN);
+}
+
+void MpaExchange::drive_exchange(int fd) {
+    switch (step_) {
+        case Step::kTcpConnecting:
+            return tcp_connect_done(fd);
+        case Step::kSending:
+            return write_on(fd);
+        case Step::kReceiving:
+            return read_on(fd);
+        case Step::kIdle:
+            return;
+    }
+}
+
+void MpaExchange::tcp_connect_done(int fd) {
+    int error = 0;
+    socklen_t len = sizeof error;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) != 0)
+        error = errno;
+    if (error != 0) {
+        step_ = Step::kIdle;
+        return mpa_failed(MpaFailure::kTcpConnect, error, "TCP connect failed");
+    }
+    mpa_connected();
+    step_ = Step::kSending;
+    write_on(fd);
+}
+
+void MpaExchange::write_on(int fd) {
+    const int err = out_.write(fd);
+    if (err == EAGAIN)
+        return mpa_watch(EPOLLOUT);
+    step_ = Step::kIdle;
+    if (err != 0)
+        return mpa_failed(MpaFailure::kPeerGone, err,
+                          "the peer went away before our MPA frame was out");
+    mpa_sent();
+}
+
+void MpaExchange::read_on(int fd) {
+    switch (in_.read(fd, awaited_)) {
+        case MpaFrameReader::Status::kMore:
+            return;
+        case MpaFrameReader::Status::kClosed:
+        case MpaFrameReader::Status::kSocketError:
+            step_ = Step::kIdle;
+            return mpa_failed(MpaFailure::kPeerGone, in_.error(),
+                              awaited_ == wire::MpaKind::kReply
+                                  ? "the peer closed the connection before its MPA reply"
+                                  : "the peer closed the connection before its MPA request");
+        case MpaFrameReader::Status::kNotMpa:
+            step_ = Step::kIdle;
+            return mpa_failed(MpaFailure::kNotMpa, EPROTO,
+                              wire::mpa_error_message(in_.parsed().error));
+        case MpaFrameReader::Status::kFrame:
+            step_ = Step::kIdle;
+            return mpa_received(in_.parsed().frame);
+    }
 }
 
 int tcp_mss(int fd) {

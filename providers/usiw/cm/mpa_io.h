@@ -1,12 +1,16 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // MPA frames on a non-blocking socket: reading exactly one frame (never a
-// byte past its end: what follows belongs to the stream) and writing a
-// buffer across short writes. The I/O half of an MPA exchange; what the
-// frames say is negotiation.h's and rendezvous_rules.h's business.
+// byte past its end: what follows belongs to the stream), writing a buffer
+// across short writes, and the exchange of request and reply driven by the
+// socket's readiness. The I/O half of connection setup; what the frames say
+// is negotiation.h's and rendezvous_rules.h's business.
 #pragma once
+
+#include <sys/socket.h>
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <vector>
 
@@ -53,6 +57,74 @@ class PendingWrite {
   private:
     std::vector<std::byte> bytes_;
     size_t sent_ = 0;
+};
+
+// Why a step of an MPA exchange failed.
+enum class MpaFailure : uint8_t {
+    kTcpConnect,  // connect() failed; the error is its errno
+    kPeerGone,    // the peer closed (error 0) or reset the socket mid-exchange
+    kNotMpa,      // the peer's bytes are no MPA frame of the kind awaited
+};
+
+// One end of an MPA exchange on a non-blocking socket, written once for
+// rdma_cm's connections (connection.cc) and the rendezvous (rendezvous.cc):
+// the initiator's TCP connect, our frame going out across short writes, the
+// peer's frame read exactly. The owner starts each step; it goes as far as
+// the socket allows at once and on from drive_exchange(), which the owner
+// calls from its EngineClient::on_io. Each step ends in one hook, possibly
+// before the call that started it returns, and as its last act, so the
+// hook may start the next step or close the socket. What the frames say,
+// and what follows them (attach, events, retries), is the owner's.
+class MpaExchange {
+  public:
+    enum class Step : uint8_t {
+        kIdle,           // nothing under way on the socket
+        kTcpConnecting,  // connect() under way; the request goes out next
+        kSending,        // our frame is going out
+        kReceiving,      // the peer's frame is coming in
+    };
+    Step step() const { return step_; }
+
+  protected:
+    MpaExchange() = default;
+    ~MpaExchange() = default;
+
+    // Connects `fd` (non-blocking) to `destination`; once connected,
+    // mpa_connected() and then `request` goes out as by send_frame(). To an
+    // address of this host the handshake has usually finished inside
+    // connect() (the kernel runs both ends before it returns): then the
+    // request goes out at once, without a round through the engine.
+    void connect_and_request(int fd, const sockaddr* destination, socklen_t length,
+                             PendingWrite request);
+    // Sends `frame`; mpa_sent() when all of it is out.
+    void send_frame(int fd, PendingWrite frame);
+    // Waits for the peer's frame of `kind`; mpa_received() when it is in.
+    void receive_frame(wire::MpaKind kind);
+    // The same, reading `fd` first: for a frame that has often arrived
+    // already (the request at a fresh accept), which then costs no round
+    // through the engine.
+    void receive_frame_now(int fd, wire::MpaKind kind);
+    // The socket is ready: the step under way goes on.
+    void drive_exchange(int fd);
+
+    // The hooks. The exchange needs the socket watched for `events`
+    // (EPOLLIN or EPOLLOUT).
+    virtual void mpa_watch(uint32_t events) = 0;
+    // An owner that never starts a step needs no hook for its end.
+    virtual void mpa_connected() {}
+    virtual void mpa_sent() {}
+    virtual void mpa_received(const wire::MpaFrame& frame) { (void)frame; }
+    virtual void mpa_failed(MpaFailure failure, int error, const char* why) = 0;
+
+  private:
+    void tcp_connect_done(int fd);
+    void write_on(int fd);
+    void read_on(int fd);
+
+    Step step_ = Step::kIdle;
+    wire::MpaKind awaited_ = wire::MpaKind::kReply;
+    MpaFrameReader in_;
+    PendingWrite out_;
 };
 
 // The socket's TCP maximum segment size, or 0 if it cannot be read (for

@@ -18,6 +18,22 @@ uint8_t first_rtr(uint8_t set) {
     return wire::kRtrNone;
 }
 
+// The one builder of the frames we send: a request and a reply carry the
+// same header (RFC 5044 section 7.1) and RFC 6581 block; request_frame and
+// reply_frame say where the values come from.
+wire::MpaFrame our_frame(wire::MpaKind kind, uint8_t revision, bool crc, bool gso_hint,
+                         bool enhanced, const wire::MpaEnhanced& params,
+                         std::span<const std::byte> private_data) {
+    // No markers (usiw never uses them); reject_frame sets its own bit.
+    return {.kind = kind,
+            .revision = revision,
+            .crc = crc,
+            .gso_hint = gso_hint,
+            .enhanced = enhanced,
+            .params = params,
+            .private_data = private_data};
+}
+
 }  // namespace
 
 size_t max_app_private_data(bool enhanced) {
@@ -38,18 +54,9 @@ Offer make_offer(const MpaPolicy& policy, uint16_t ird, uint16_t ord) {
 }
 
 wire::MpaFrame request_frame(const Offer& offer, std::span<const std::byte> private_data) {
-    wire::MpaFrame f;
-    f.kind = wire::MpaKind::kRequest;
-    f.revision = offer.revision;
-    f.crc = offer.crc;
-    f.gso_hint = offer.gso_hint;
-    f.enhanced = offer.enhanced;
-    f.params.ird = offer.ird;
-    f.params.ord = offer.ord;
-    f.params.peer_to_peer = offer.peer_to_peer;
-    f.params.rtr = offer.rtr;
-    f.private_data = private_data;
-    return f;
+    return our_frame(wire::MpaKind::kRequest, offer.revision, offer.crc, offer.gso_hint,
+                     offer.enhanced, {offer.ird, offer.ord, offer.peer_to_peer, offer.rtr},
+                     private_data);
 }
 
 ReplyOutcome judge_reply(const MpaPolicy& policy, const Offer& offer, const wire::MpaFrame& reply,
@@ -148,18 +155,9 @@ Terms accept_terms(const RequestOutcome& request, uint16_t ird, uint16_t ord,
 
 wire::MpaFrame reply_frame(const RequestOutcome& request, bool gso_hint, const Terms& terms,
                            std::span<const std::byte> private_data) {
-    wire::MpaFrame f;
-    f.kind = wire::MpaKind::kReply;
-    f.revision = request.revision;
-    f.crc = request.crc;
-    f.gso_hint = gso_hint;
-    f.enhanced = request.enhanced;
-    f.params.ird = terms.ird;
-    f.params.ord = terms.ord;
-    f.params.peer_to_peer = request.peer_to_peer;
-    f.params.rtr = request.rtr;
-    f.private_data = private_data;
-    return f;
+    return our_frame(wire::MpaKind::kReply, request.revision, request.crc, gso_hint,
+                     request.enhanced, {terms.ird, terms.ord, request.peer_to_peer, request.rtr},
+                     private_data);
 }
 
 wire::MpaFrame reject_frame(const RequestOutcome& request, bool gso_hint,

@@ -231,7 +231,7 @@ void attach(QpRecord* r, UniqueFd fd, StreamParams&& params, const char* role);
 
 // The initiator: connects (again after a pause while the peer's listener
 // or QP is not there yet), sends the MPA request, judges the reply.
-class ActiveLink final : public SocketClient {
+class ActiveLink final : public SocketClient, private MpaExchange {
   public:
     explicit ActiveLink(QpRecord* owner) : owner_(owner) {}
 
@@ -242,26 +242,22 @@ class ActiveLink final : public SocketClient {
     void on_timer() override;
 
   private:
-    enum class Step : uint8_t { kConnecting, kSending, kAwaitingReply, kPausing };
+    // MpaExchange
+    void mpa_watch(uint32_t events) override { watch(events); }
+    void mpa_sent() override { receive_frame(wire::MpaKind::kReply); }
+    void mpa_received(const wire::MpaFrame& reply) override;
+    void mpa_failed(MpaFailure failure, int error, const char* why) override;
 
-    void connected();
-    void send_request();
-    void read_reply();
     void lost(int error, const char* why);
 
-    Step step_ = Step::kConnecting;
     unsigned attempts_ = 0;
     Offer offer_{};
     Message sent_{};
-    PendingWrite out_;
-    MpaFrameReader in_;
 };
 
 void ActiveLink::begin() {
     QpRecord* r = owner_;
     Device* device = r->qp->context->device;
-    step_ = Step::kConnecting;
-    in_ = MpaFrameReader();
     const SockAddr destination = socket_address(r->remote.gid, r->policy.rdv_port, device);
     const SockAddr source = socket_address(r->local.gid, 0, device);
     fd_.reset(socket(destination.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
@@ -273,78 +269,37 @@ void ActiveLink::begin() {
     // From the GID's address, so that the peer sees the endpoint it expects.
     if (bind(fd(), source.sa(), source.len) != 0)
         return lost(errno, "cannot bind the source GID's address");
-    if (::connect(fd(), destination.sa(), destination.len) == 0)
-        return connected();
-    if (errno == EINPROGRESS)
-        return watch(EPOLLOUT);
-    lost(errno, "TCP connect failed");
-}
-
-void ActiveLink::on_io(uint32_t) {
-    std::lock_guard lock(rendezvous_mutex());
-    if (!owner_ || gone())
-        return;  // let go: the engine closes it
-    switch (step_) {
-        case Step::kConnecting:
-            return connected();
-        case Step::kSending:
-            return send_request();
-        case Step::kAwaitingReply:
-            return read_reply();
-        case Step::kPausing:
-            return;
-    }
-}
-
-void ActiveLink::on_timer() {
-    std::lock_guard lock(rendezvous_mutex());
-    if (owner_ && !gone() && step_ == Step::kPausing)
-        begin();
-}
-
-void ActiveLink::connected() {
-    int error = 0;
-    socklen_t len = sizeof error;
-    if (getsockopt(fd(), SOL_SOCKET, SO_ERROR, &error, &len) != 0)
-        error = errno;
-    if (error != 0)
-        return lost(error, "TCP connect failed");
-    QpRecord* r = owner_;
     // IRD and ORD at the device's limit: whatever the application sets for
     // max_rd_atomic and max_dest_rd_atomic fits.
     offer_ = make_offer(r->policy, kMaxOrdIrd, kMaxOrdIrd);
     sent_ = Message{Kind::kRequest, Reason::kNone, r->local, r->remote};
     std::array<std::byte, kMessageSize> data{};
     encode(sent_, data);
-    out_ = PendingWrite(request_frame(offer_, data));
-    step_ = Step::kSending;
-    send_request();
+    connect_and_request(fd(), destination.sa(), destination.len,
+                        PendingWrite(request_frame(offer_, data)));
 }
 
-void ActiveLink::send_request() {
-    const int err = out_.write(fd());
-    if (err == EAGAIN)
-        return watch(EPOLLOUT);
-    if (err != 0)
-        return lost(err, "the peer went away before the MPA request was out");
-    step_ = Step::kAwaitingReply;
-    watch(EPOLLIN);
+void ActiveLink::on_io(uint32_t) {
+    std::lock_guard lock(rendezvous_mutex());
+    if (owner_ && !gone())  // else let go: the engine closes it
+        drive_exchange(fd());
 }
 
-void ActiveLink::read_reply() {
-    switch (in_.read(fd(), wire::MpaKind::kReply)) {
-        case MpaFrameReader::Status::kMore:
-            return;
-        case MpaFrameReader::Status::kClosed:
-        case MpaFrameReader::Status::kSocketError:
-            return lost(in_.error(), "the peer closed the connection before its MPA reply");
-        case MpaFrameReader::Status::kNotMpa:
-            return fail(owner_, wire::mpa_error_message(in_.parsed().error));
-        case MpaFrameReader::Status::kFrame:
-            break;
-    }
+void ActiveLink::on_timer() {
+    std::lock_guard lock(rendezvous_mutex());
+    // Armed only by lost(): the pause before connecting again is over.
+    if (owner_ && !gone() && step() == Step::kIdle)
+        begin();
+}
+
+void ActiveLink::mpa_failed(MpaFailure failure, int error, const char* why) {
+    if (failure == MpaFailure::kNotMpa)
+        return fail(owner_, why);  // no rendezvous listens there
+    lost(error, why);
+}
+
+void ActiveLink::mpa_received(const wire::MpaFrame& reply) {
     QpRecord* r = owner_;
-    const wire::MpaFrame& reply = in_.parsed().frame;
     const Decoded data = decode(reply.private_data);
     if (reply.reject) {
         if (data.error != DecodeError::kNone)
@@ -388,13 +343,12 @@ void ActiveLink::lost(int error, const char* why) {
     log_debug("rendezvous: QP 0x%06x: %s%s%s; connecting to %s again in %d ms", owner_->qpn, why,
               error ? ": " : "", error ? strerror(error) : "", to_string(owner_->remote).c_str(),
               pause);
-    step_ = Step::kPausing;
     arm(pause);  // the QP's deadline ends the attempts
 }
 
 // The responder's end of one connection the broker routed here: parked
 // until its QP reaches RTR, then answered.
-class PassiveLink final : public SocketClient {
+class PassiveLink final : public SocketClient, private MpaExchange {
   public:
     PassiveLink(UniqueFd fd, std::span<const std::byte> request)
         : SocketClient(std::move(fd)), bytes_(request.begin(), request.end()) {
@@ -418,7 +372,11 @@ class PassiveLink final : public SocketClient {
     void on_timer() override;
 
   private:
-    enum class Step : uint8_t { kNew, kParked, kReplying };
+    // MpaExchange: the reply going out.
+    void mpa_watch(uint32_t events) override { watch(events); }
+    void mpa_sent() override { attach_responder(); }
+    void mpa_failed(MpaFailure, int, const char*) override { let_go(); }
+    bool replying() const { return step() == Step::kSending; }
 
     void attach_responder();
     void let_go();
@@ -426,16 +384,15 @@ class PassiveLink final : public SocketClient {
     std::vector<std::byte> bytes_;
     wire::MpaParseResult parsed_;
     bool valid_ = false;
-    Step step_ = Step::kNew;
+    bool parked_ = false;
     RequestOutcome outcome_{};
     Terms terms_{};
-    PendingWrite out_;
 };
 
 void PassiveLink::park() {
-    if (step_ == Step::kParked)
+    if (parked_)
         return;
-    step_ = Step::kParked;
+    parked_ = true;
     // Nothing comes before our answer: readable means the initiator gave up.
     watch(EPOLLIN);
     arm(kParkLimitMs);
@@ -464,21 +421,14 @@ void PassiveLink::accept(QpRecord* r) {
     m.kind = Kind::kAccept;
     std::array<std::byte, kMessageSize> data{};
     encode(m, data);
-    out_ = PendingWrite(reply_frame(outcome_, r->policy.gso_hint, terms_, data));
     owner_ = r;
     r->replying = this;
     r->stage = Stage::kConnected;  // no other request is accepted meanwhile
     Engine::get().cancel_timer(r);
-    step_ = Step::kReplying;
-    const int err = out_.write(fd());
-    if (err == 0)
-        return attach_responder();
-    if (err == EAGAIN) {
-        watch(EPOLLOUT);
-        arm(r->policy.reply_timeout_ms);
-        return;
-    }
-    let_go();
+    // An initiator that reads nothing holds the reply up for a while, not
+    // forever (on_timer); out at once, close_down() cancels the timer.
+    arm(r->policy.reply_timeout_ms);
+    send_frame(fd(), PendingWrite(reply_frame(outcome_, r->policy.gso_hint, terms_, data)));
 }
 
 void PassiveLink::attach_responder() {
@@ -511,14 +461,8 @@ void PassiveLink::on_io(uint32_t) {
     std::lock_guard lock(rendezvous_mutex());
     if (!owner_ || gone())
         return;
-    if (step_ == Step::kReplying) {
-        const int err = out_.write(fd());
-        if (err == 0)
-            return attach_responder();
-        if (err != EAGAIN)
-            let_go();
-        return;
-    }
+    if (replying())
+        return drive_exchange(fd());
     std::byte probe;
     const ssize_t n = recv(fd(), &probe, 1, MSG_PEEK | MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
@@ -534,7 +478,7 @@ void PassiveLink::on_timer() {
     std::lock_guard lock(rendezvous_mutex());
     if (!owner_ || gone())
         return;
-    if (step_ == Step::kReplying)
+    if (replying())
         return let_go();
     std::erase(owner_->parked, this);
     reject(Reason::kNotReady);

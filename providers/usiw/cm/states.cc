@@ -39,7 +39,6 @@ constexpr Transition<IdState> kIdTransitions[] = {
 using C = ConnState;
 constexpr Transition<ConnState> kConnTransitions[] = {
     {C::kTcpConnecting, C::kSendingRequest},
-    {C::kTcpConnecting, C::kAwaitingReply},  // the whole request written at once
     {C::kTcpConnecting, C::kClosed},
     {C::kSendingRequest, C::kAwaitingReply},
     {C::kSendingRequest, C::kClosed},

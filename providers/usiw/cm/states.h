@@ -35,7 +35,7 @@ enum class IdState : uint8_t {
 
 enum class ConnState : uint8_t {
     kTcpConnecting,    // active: non-blocking connect() in progress
-    kSendingRequest,   // active: MPA request partly written
+    kSendingRequest,   // active: TCP connected, the MPA request going out
     kAwaitingReply,    // active: request out, reply not complete
     kAwaitingRequest,  // passive: accepted, request not complete
     kAwaitingAccept,   // passive: request delivered to the application

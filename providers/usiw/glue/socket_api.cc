@@ -20,5 +20,5 @@ extern "C" int usiw_qp_attach_socket(ibv_qp* ibqp, int fd, int initiator, int cr
     p.ird = usiw::kMaxOrdIrd;
     p.ord = usiw::kMaxOrdIrd;
     p.max_fpdu = max_fpdu ? max_fpdu : 65536;
-    return usiw::qp_attach_stream(usiw::to_qp(ibqp), std::move(p), nullptr);
+    return usiw::qp_attach_stream(usiw::to_object(ibqp), std::move(p), nullptr);
 }

@@ -69,7 +69,7 @@ ibv_cq* create_cq(ibv_context* ibctx, int cqe, ibv_comp_channel* channel, int co
 }
 
 int destroy_cq(ibv_cq* ibcq) {
-    Cq* cq = to_cq(ibcq);
+    Cq* cq = to_object(ibcq);
     if (inherited(cq->context->fork_generation))
         return EPERM;  // the parent's (verbs/fork_guard.h)
     if (cq->users.load() != 0)
@@ -99,7 +99,7 @@ int cq_take_entries(Cq* cq, int num_entries, ibv_wc* wc) {
 }
 
 int poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
-    Cq* cq = to_cq(ibcq);
+    Cq* cq = to_object(ibcq);
     if (inherited(cq->context->fork_generation))
         return -EPERM;
     if (num_entries < 0)
@@ -114,7 +114,7 @@ int poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
 }
 
 int req_notify_cq(ibv_cq* ibcq, int solicited_only) {
-    Cq* cq = to_cq(ibcq);
+    Cq* cq = to_object(ibcq);
     if (inherited(cq->context->fork_generation))
         return EPERM;
     {
@@ -133,7 +133,7 @@ int req_notify_cq(ibv_cq* ibcq, int solicited_only) {
 }
 
 int resize_cq(ibv_cq* ibcq, int cqe) {
-    Cq* cq = to_cq(ibcq);
+    Cq* cq = to_object(ibcq);
     if (cqe < 1 || static_cast<uint32_t>(cqe) > kMaxCqe)
         return EINVAL;
     std::lock_guard lock(cq->mutex);

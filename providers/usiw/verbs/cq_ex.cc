@@ -40,14 +40,14 @@ int show_polled(Cq* cq) {
 int start_poll(ibv_cq_ex* ibcq, ibv_poll_cq_attr* attr) {
     if (attr && attr->comp_mask != 0)
         return EINVAL;
-    Cq* cq = to_cq(ibcq);
+    Cq* cq = to_object(ibcq);
     if (poll_cq(&cq->vcq.cq, 1, &cq->polled) != 1)
         return ENOENT;
     return show_polled(cq);
 }
 
 int next_poll(ibv_cq_ex* ibcq) {
-    Cq* cq = to_cq(ibcq);
+    Cq* cq = to_object(ibcq);
     if (cq_take_entries(cq, 1, &cq->polled) != 1)
         return ENOENT;
     return show_polled(cq);
@@ -61,7 +61,7 @@ void end_poll(ibv_cq_ex*) {
 // type its slot in ibv_cq_ex returns.
 template <auto field, typename Value>
 Value read_polled(ibv_cq_ex* cq) {
-    return to_cq(cq)->polled.*field;
+    return to_object(cq)->polled.*field;
 }
 
 // Sets the accessor of `field` into `slot` if `wanted`; rdma-core's
@@ -105,8 +105,8 @@ ibv_cq_ex* create_cq_ex(ibv_context* ibctx, ibv_cq_init_attr_ex* attr) {
     ibv_pd* domain = nullptr;
     if (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) {
         domain = attr->parent_domain;
-        if (!domain || domain->context != ibctx || !to_pd(domain)->protection ||
-            to_pd(domain)->imported) {
+        if (!domain || domain->context != ibctx || !to_object(domain)->protection ||
+            to_object(domain)->imported) {
             log_debug("create_cq_ex: parent_domain must be a parent domain of this context");
             errno = EINVAL;
             return nullptr;

@@ -44,7 +44,7 @@ ibv_td* alloc_td(ibv_context* ibctx, ibv_td_init_attr* attr) {
 }
 
 int dealloc_td(ibv_td* ibtd) {
-    Td* td = to_td(ibtd);
+    Td* td = to_object(ibtd);
     if (td->users.load() != 0)
         return EBUSY;
     delete td;
@@ -54,7 +54,7 @@ int dealloc_td(ibv_td* ibtd) {
 ibv_pd* alloc_parent_domain(ibv_context* ibctx, ibv_parent_domain_init_attr* attr) {
     constexpr uint32_t kKnownMask =
         IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
-    if (!attr || !attr->pd || attr->pd->context != ibctx || to_pd(attr->pd)->protection ||
+    if (!attr || !attr->pd || attr->pd->context != ibctx || to_object(attr->pd)->protection ||
         (attr->td && attr->td->context != ibctx)) {
         log_debug(
             "alloc_parent_domain: needs a PD (not a parent domain nor an imported PD) of "
@@ -77,7 +77,7 @@ ibv_pd* alloc_parent_domain(ibv_context* ibctx, ibv_parent_domain_init_attr* att
         errno = ENOMEM;
         return nullptr;
     }
-    Pd* pd = to_pd(attr->pd);
+    Pd* pd = to_object(attr->pd);
     domain->context = pd->context;
     domain->protection = pd;
     domain->ibv.context = ibctx;
@@ -91,7 +91,7 @@ ibv_pd* alloc_parent_domain(ibv_context* ibctx, ibv_parent_domain_init_attr* att
     }
     pd->users.fetch_add(1);
     if (attr->td) {
-        domain->td = to_td(attr->td);
+        domain->td = to_object(attr->td);
         domain->td->users.fetch_add(1);
     }
     return &domain->ibv;
@@ -108,7 +108,7 @@ int dealloc_parent_domain(Pd* domain) {
 }
 
 DomainUse use_domain(ibv_pd* ibpd) {
-    Pd* given = to_pd(ibpd);
+    Pd* given = to_object(ibpd);
     if (!given->protection)
         return DomainUse{given, nullptr, QueueMemory{}, false};
     given->users.fetch_add(1);
@@ -116,7 +116,7 @@ DomainUse use_domain(ibv_pd* ibpd) {
 }
 
 void release_domain(ibv_pd* ibpd) {
-    Pd* given = to_pd(ibpd);
+    Pd* given = to_object(ibpd);
     if (given->imported)
         release_imported_pd(given);  // freed here if it was unimported meanwhile
     else if (given->protection)

@@ -82,7 +82,7 @@ void release_imported_pd(Pd* pd) {
 }
 
 void unimport_pd(ibv_pd* ibpd) {
-    Pd* pd = to_pd(ibpd);
+    Pd* pd = to_object(ibpd);
     if (!pd->imported) {
         // Freeing a PD that objects may still use would leave them dangling.
         log_error("ibv_unimport_pd: PD %u was not imported; ignored (ibv_dealloc_pd frees it)",
@@ -100,7 +100,7 @@ ibv_mr* import_mr(ibv_pd* ibpd, uint32_t mr_handle) {
     const Mr* original = find_by_handle(space.mrs, mr_handle, "MR", ctx);
     if (!original)
         return nullptr;
-    if (original->pd != protection_of(to_pd(ibpd))) {
+    if (original->pd != protection_of(to_object(ibpd))) {
         log_debug("import_mr: MR %u belongs to another PD than PD %u", mr_handle, ibpd->handle);
         errno = EINVAL;
         return nullptr;
@@ -127,7 +127,7 @@ ibv_mr* import_mr(ibv_pd* ibpd, uint32_t mr_handle) {
 }
 
 void unimport_mr(ibv_mr* ibmr) {
-    Mr* mr = to_mr(reinterpret_cast<verbs_mr*>(ibmr));
+    Mr* mr = to_object(reinterpret_cast<verbs_mr*>(ibmr));
     if (!mr->imported) {
         log_error("ibv_unimport_mr: MR %u was not imported; ignored (ibv_dereg_mr frees it)",
                   ibmr->handle);

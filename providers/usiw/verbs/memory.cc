@@ -85,7 +85,7 @@ ibv_pd* alloc_pd(ibv_context* ibctx) {
 }
 
 int dealloc_pd(ibv_pd* ibpd) {
-    Pd* pd = to_pd(ibpd);
+    Pd* pd = to_object(ibpd);
     if (pd->imported) {
         // Only its original's context may destroy a PD (verbs/import.cc).
         log_debug("dealloc_pd: PD %u is imported: release it with ibv_unimport_pd", ibpd->handle);
@@ -115,7 +115,7 @@ int dealloc_pd(ibv_pd* ibpd) {
 ibv_mr* reg_mr(ibv_pd* ibpd, void* addr, size_t length, uint64_t hca_va, int access) {
     // An MR on a parent domain or an imported PD is its PD's; it belongs to
     // the context it was registered through.
-    Pd* pd = protection_of(to_pd(ibpd));
+    Pd* pd = protection_of(to_object(ibpd));
     Context* ctx = to_context(ibpd->context);
     if (int err = validate_access(access)) {
         log_debug("reg_mr: access flags 0x%x refused", access);
@@ -180,7 +180,7 @@ ibv_mr* reg_mr(ibv_pd* ibpd, void* addr, size_t length, uint64_t hca_va, int acc
 }
 
 int rereg_mr(verbs_mr* vmr, int flags, ibv_pd* new_ibpd, void* addr, size_t length, int access) {
-    Mr* mr = to_mr(vmr);
+    Mr* mr = to_object(vmr);
     if (mr->imported)
         return EINVAL;  // only the original's context may change it
     Context* ctx = to_context(vmr->ibv_mr.context);
@@ -191,7 +191,7 @@ int rereg_mr(verbs_mr* vmr, int flags, ibv_pd* new_ibpd, void* addr, size_t leng
         return EINVAL;
     if ((flags & IBV_REREG_MR_CHANGE_PD) && !new_ibpd)
         return EINVAL;
-    Pd* pd = (flags & IBV_REREG_MR_CHANGE_PD) ? protection_of(to_pd(new_ibpd)) : mr->pd;
+    Pd* pd = (flags & IBV_REREG_MR_CHANGE_PD) ? protection_of(to_object(new_ibpd)) : mr->pd;
     if (pd->context->space != ctx->space)
         return EINVAL;
     const int new_access = (flags & IBV_REREG_MR_CHANGE_ACCESS) ? access : vmr->access;
@@ -234,7 +234,7 @@ int rereg_mr(verbs_mr* vmr, int flags, ibv_pd* new_ibpd, void* addr, size_t leng
 }
 
 int dereg_mr(verbs_mr* vmr) {
-    Mr* mr = to_mr(vmr);
+    Mr* mr = to_object(vmr);
     if (mr->imported) {
         // Only its original's context may deregister it (verbs/import.cc).
         log_debug("dereg_mr: MR %u is imported: release it with ibv_unimport_mr",
@@ -267,7 +267,7 @@ ibv_mw* alloc_mw(ibv_pd* ibpd, ibv_mw_type type) {
         errno = EINVAL;
         return nullptr;
     }
-    Pd* pd = protection_of(to_pd(ibpd));
+    Pd* pd = protection_of(to_object(ibpd));
     Context* ctx = to_context(ibpd->context);
     {
         std::lock_guard lock(ctx->objects_mutex);
@@ -300,7 +300,7 @@ ibv_mw* alloc_mw(ibv_pd* ibpd, ibv_mw_type type) {
 }
 
 int dealloc_mw(ibv_mw* ibmw) {
-    Mw* mw = to_mw(ibmw);
+    Mw* mw = to_object(ibmw);
     Context* ctx = to_context(ibmw->context);
     ctx->stags.remove_window(mw->index);  // bound or not: the STag stops working
     mw->pd->users.fetch_sub(1);

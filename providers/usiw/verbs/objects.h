@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -35,6 +36,11 @@ namespace usiw {
 struct Context;
 struct Qp;
 struct Stream;
+
+// The object an rdma-core handle belongs to (ObjectOf<ibv_pd>::type is Pd),
+// said beside each object; to_object() converts.
+template <typename Handle>
+struct ObjectOf;
 
 // A completion channel created by usiw's ibv_create_comp_channel: the pipe's
 // read end is the fd the application polls (libibverbs reads 8-byte CQ
@@ -54,6 +60,8 @@ struct Td {
     Context* context = nullptr;
     std::atomic<uint32_t> users{0};  // parent domains holding it
 };
+template <>
+struct ObjectOf<ibv_td> : std::type_identity<Td> {};
 
 struct Pd {
     ibv_pd ibv{};
@@ -72,6 +80,8 @@ struct Pd {
     Td* td = nullptr;
     QueueMemory memory;
 };
+template <>
+struct ObjectOf<ibv_pd> : std::type_identity<Pd> {};
 
 struct Mr {
     verbs_mr vmr{};
@@ -79,6 +89,8 @@ struct Mr {
     uint32_t stag = 0;
     bool imported = false;  // made by ibv_import_mr (verbs/import.cc)
 };
+template <>
+struct ObjectOf<verbs_mr> : std::type_identity<Mr> {};
 
 // A memory window (ibv_alloc_mw): its STag lives in the STag table, by
 // index; its key changes with every bind (mem/stag_table.h).
@@ -87,6 +99,8 @@ struct Mw {
     Pd* pd = nullptr;
     uint32_t index = 0;
 };
+template <>
+struct ObjectOf<ibv_mw> : std::type_identity<Mw> {};
 
 // One completion queue: a bounded ring of work completions.
 struct Cq {
@@ -112,6 +126,10 @@ struct Cq {
     enum class Arm : uint8_t { kNone, kNext, kSolicited } armed = Arm::kNone;
     bool overflowed = false;
 };
+template <>
+struct ObjectOf<ibv_cq> : std::type_identity<Cq> {};
+template <>
+struct ObjectOf<ibv_cq_ex> : std::type_identity<Cq> {};
 
 // Receive work request as queued: scatter list copied out of the caller's
 // ibv_recv_wr, since the caller may reuse it at once.
@@ -161,6 +179,8 @@ struct Srq {
     uint32_t max_sge = 0;
     uint32_t limit = 0;  // armed SRQ limit (0 = not armed)
 };
+template <>
+struct ObjectOf<ibv_srq> : std::type_identity<Srq> {};
 
 // The work requests of one ibv_wr_start .. ibv_wr_complete/abort section
 // (verbs/qp_ex.cc), built in place in the send queue's free slots past its
@@ -215,6 +235,10 @@ struct Qp {
 
     WrBatch wr;  // the ibv_wr_* section in progress
 };
+template <>
+struct ObjectOf<ibv_qp> : std::type_identity<Qp> {};
+template <>
+struct ObjectOf<ibv_qp_ex> : std::type_identity<Qp> {};
 
 // What a context's command fd names, as the kernel's uverbs file holds a
 // context's objects: the STag table (MRs and windows) and the PDs and MRs by
@@ -265,39 +289,19 @@ struct Context {
     ibv_context* ibv() { return &shell->vctx.context; }
 };
 
-// Typed conversions from the rdma-core handles (the embedded struct is the
-// first member of each object).
+// The context of an rdma-core context handle: not a first member, as the
+// handle lives in the shell (ContextShell), which points to the context.
 inline Context* to_context(ibv_context* c) {
     return reinterpret_cast<ContextShell*>(reinterpret_cast<char*>(c) -
                                            offsetof(verbs_context, context))
         ->state;
 }
-inline Pd* to_pd(ibv_pd* p) {
-    return reinterpret_cast<Pd*>(p);
-}
-inline Mr* to_mr(verbs_mr* m) {
-    return reinterpret_cast<Mr*>(m);
-}
-inline Mw* to_mw(ibv_mw* m) {
-    return reinterpret_cast<Mw*>(m);
-}
-inline Cq* to_cq(ibv_cq* c) {
-    return reinterpret_cast<Cq*>(c);
-}
-inline Qp* to_qp(ibv_qp* q) {
-    return reinterpret_cast<Qp*>(q);
-}
-inline Qp* to_qp(ibv_qp_ex* q) {
-    return reinterpret_cast<Qp*>(q);
-}
-inline Cq* to_cq(ibv_cq_ex* c) {
-    return reinterpret_cast<Cq*>(c);
-}
-inline Td* to_td(ibv_td* t) {
-    return reinterpret_cast<Td*>(t);
-}
-inline Srq* to_srq(ibv_srq* s) {
-    return reinterpret_cast<Srq*>(s);
+// An rdma-core handle's object: the handle is the object's first member
+// (verbs_cq and verbs_qp begin with a union of both their handles), so its
+// address is the object's.
+template <typename Handle>
+typename ObjectOf<Handle>::type* to_object(Handle* handle) {
+    return reinterpret_cast<typename ObjectOf<Handle>::type*>(handle);
 }
 
 }  // namespace usiw

@@ -138,7 +138,7 @@ void release(Qp* qp) {
 }
 
 ibv_qp* create_qp_common(ibv_pd* ibpd, ibv_qp_init_attr_ex* attr) {
-    Pd* pd = protection_of(to_pd(ibpd));
+    Pd* pd = protection_of(to_object(ibpd));
     // The context the PD was handed out by: for an imported PD, the
     // importing context, not its original's.
     Context* ctx = to_context(ibpd->context);
@@ -223,9 +223,9 @@ ibv_qp* create_qp_common(ibv_pd* ibpd, ibv_qp_init_attr_ex* attr) {
     }
     qp->context = ctx;
     qp->pd = pd;
-    qp->send_cq = to_cq(attr->send_cq);
-    qp->recv_cq = to_cq(attr->recv_cq);
-    qp->srq = attr->srq ? to_srq(attr->srq) : nullptr;
+    qp->send_cq = to_object(attr->send_cq);
+    qp->recv_cq = to_object(attr->recv_cq);
+    qp->srq = attr->srq ? to_object(attr->srq) : nullptr;
     qp->cap = attr->cap;
     // The caps returned are the QP's real ones, at least those asked for.
     // Every send WQE has room for kMaxInlineData bytes; as rxe, a QP
@@ -312,12 +312,12 @@ ibv_qp* create_qp_ex(ibv_context* ibctx, ibv_qp_init_attr_ex* attr) {
     }
     ibv_qp* qp = create_qp_common(attr->pd, attr);
     if (qp && (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS))
-        qp_ex_setup(to_qp(qp), send_ops);
+        qp_ex_setup(to_object(qp), send_ops);
     return qp;
 }
 
 int destroy_qp(ibv_qp* ibqp) {
-    Qp* qp = to_qp(ibqp);
+    Qp* qp = to_object(ibqp);
     Context* ctx = qp->context;
     if (inherited(ctx->fork_generation))
         return EPERM;  // the parent's (verbs/fork_guard.h)
@@ -431,7 +431,7 @@ int modify_locked(Qp* qp, const ibv_qp_attr* attr, int mask, bool* notify) {
 }  // namespace
 
 int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
-    Qp* qp = to_qp(ibqp);
+    Qp* qp = to_object(ibqp);
     if (inherited(qp->context->fork_generation))
         return EPERM;
     if (mask & ~kSupportedQpAttrs)
@@ -455,7 +455,7 @@ Qp* find_qp(Context* ctx, uint32_t qp_num) {
 }
 
 int query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int, ibv_qp_init_attr* init_attr) {
-    Qp* qp = to_qp(ibqp);
+    Qp* qp = to_object(ibqp);
     std::lock_guard lock(qp->state_mutex);
     std::memset(attr, 0, sizeof *attr);
     attr->qp_state = qp->state;
@@ -536,7 +536,7 @@ int build_bind_wqe(const Qp* qp, const ibv_send_wr* wr, SendWqe* wqe, bool type1
         return EINVAL;
     if (info.mr ? info.mr->context != qp->vqp.qp.context : mw->type == IBV_MW_TYPE_2)
         return EINVAL;
-    wqe->bind = {to_mw(const_cast<ibv_mw*>(mw))->index,
+    wqe->bind = {to_object(const_cast<ibv_mw*>(mw))->index,
                  wr->bind_mw.rkey,
                  info.mr ? info.mr->lkey : 0,
                  info.addr,
@@ -691,7 +691,7 @@ void flush_after_error(Qp* qp, bool lock_free, bool send_queue) {
 namespace {
 
 int post_send_common(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr, bool type1_bind) {
-    Qp* qp = to_qp(ibqp);
+    Qp* qp = to_object(ibqp);
     if (inherited(qp->context->fork_generation)) {
         *bad_wr = wr;
         return EPERM;
@@ -770,7 +770,7 @@ int post_built_sends(Qp* qp, size_t tail, size_t n) {
 }
 
 int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
-    Qp* qp = to_qp(ibqp);
+    Qp* qp = to_object(ibqp);
     if (inherited(qp->context->fork_generation)) {
         *bad_wr = wr;
         return EPERM;

@@ -36,7 +36,7 @@ constexpr uint64_t kSupportedSendOps =
     IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV;
 
 void wr_start(ibv_qp_ex* qpx) {
-    Qp* qp = to_qp(qpx);
+    Qp* qp = to_object(qpx);
     if (!qp->single_threaded)
         qp->wr.mutex.lock();
     WrBatch& b = qp->wr;
@@ -56,7 +56,7 @@ void end_section(Qp* qp) {
 }
 
 int wr_complete(ibv_qp_ex* qpx) {
-    Qp* qp = to_qp(qpx);
+    Qp* qp = to_object(qpx);
     const WrBatch& b = qp->wr;
     int err = b.error;
     if (err == 0)  // a child of fork() posts nothing on its parent's QP (verbs/fork_guard.h)
@@ -67,7 +67,7 @@ int wr_complete(ibv_qp_ex* qpx) {
 }
 
 void wr_abort(ibv_qp_ex* qpx) {
-    end_section(to_qp(qpx));
+    end_section(to_object(qpx));
 }
 
 // The work request a send-queue slot holds, as post_send would have been
@@ -99,7 +99,7 @@ ibv_send_wr wr_of(const SendWqe& wqe) {
 // it, it names one with lkey 0, which no MR has (a local protection error
 // if the application never sets it).
 void begin_wr(ibv_qp_ex* qpx, ibv_send_wr wr) {
-    Qp* qp = to_qp(qpx);
+    Qp* qp = to_object(qpx);
     WrBatch& b = qp->wr;
     if (b.error)
         return;
@@ -142,7 +142,7 @@ ibv_send_wr atomic_wr(ibv_wr_opcode opcode, uint32_t rkey, uint64_t remote_addr,
 // Rebuilds the last work request with its data: `num_sge` entries of
 // `sges`, sent inline when `copy_inline`.
 void set_data(ibv_qp_ex* qpx, const ibv_sge* sges, size_t num_sge, bool copy_inline) {
-    Qp* qp = to_qp(qpx);
+    Qp* qp = to_object(qpx);
     WrBatch& b = qp->wr;
     if (b.error)
         return;
@@ -222,7 +222,7 @@ void wr_set_sge_list(ibv_qp_ex* qpx, size_t num_sge, const ibv_sge* sg_list) {
 // Inline data, gathered first: the buffers of a list are not bounded by
 // the QP's max_send_sge, only their total by its max_inline_data.
 void wr_set_inline_data_list(ibv_qp_ex* qpx, size_t num_buf, const ibv_data_buf* buf_list) {
-    Qp* qp = to_qp(qpx);
+    Qp* qp = to_object(qpx);
     uint8_t gathered[kMaxInlineData];
     size_t total = 0;
     for (size_t i = 0; i < num_buf; ++i) {

@@ -10,7 +10,7 @@
 namespace usiw {
 
 ibv_srq* create_srq(ibv_pd* ibpd, ibv_srq_init_attr* init) {
-    Pd* pd = protection_of(to_pd(ibpd));
+    Pd* pd = protection_of(to_object(ibpd));
     Context* ctx = to_context(ibpd->context);  // the importing one, for an imported PD
     ibv_srq_attr& a = init->attr;
     if (a.max_wr == 0 || a.max_wr > kMaxSrqWr || a.max_sge == 0 || a.max_sge > kMaxSrqSge ||
@@ -64,7 +64,7 @@ ibv_srq* create_srq(ibv_pd* ibpd, ibv_srq_init_attr* init) {
 }
 
 int destroy_srq(ibv_srq* ibsrq) {
-    Srq* srq = to_srq(ibsrq);
+    Srq* srq = to_object(ibsrq);
     if (inherited(srq->context->fork_generation))
         return EPERM;  // the parent's (verbs/fork_guard.h)
     if (srq->users.load() != 0)
@@ -84,7 +84,7 @@ int destroy_srq(ibv_srq* ibsrq) {
 }
 
 int modify_srq(ibv_srq* ibsrq, ibv_srq_attr* attr, int mask) {
-    Srq* srq = to_srq(ibsrq);
+    Srq* srq = to_object(ibsrq);
     if (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT))
         return EINVAL;
     std::lock_guard lock(srq->mutex);
@@ -101,7 +101,7 @@ int modify_srq(ibv_srq* ibsrq, ibv_srq_attr* attr, int mask) {
 }
 
 int query_srq(ibv_srq* ibsrq, ibv_srq_attr* attr) {
-    Srq* srq = to_srq(ibsrq);
+    Srq* srq = to_object(ibsrq);
     std::lock_guard lock(srq->mutex);
     attr->max_wr = static_cast<uint32_t>(srq->queue.capacity());
     attr->max_sge = srq->max_sge;
@@ -110,7 +110,7 @@ int query_srq(ibv_srq* ibsrq, ibv_srq_attr* attr) {
 }
 
 int post_srq_recv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
-    Srq* srq = to_srq(ibsrq);
+    Srq* srq = to_object(ibsrq);
     if (inherited(srq->context->fork_generation)) {
         *bad_wr = wr;
         return EPERM;
