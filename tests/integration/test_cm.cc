@@ -605,6 +605,34 @@ void test_channel_destroyed_under_waiter(void**) {
     assert_false(waiter.returned.load());
 }
 
+// A thread that calls rdma_get_cm_event just after another destroyed the
+// channel (rping -V's event thread when the main thread ends the program
+// first) blocks, as it would had it come a moment earlier, rather than
+// fail the process; on a non-blocking channel it gets EBADF, as the
+// kernel's closed fd gives.
+void test_channel_destroyed_before_a_late_wait(void**) {
+    EventWaiter waiter;
+    waiter.channel = rdma_create_event_channel();
+    assert_non_null(waiter.channel);
+    rdma_destroy_event_channel(waiter.channel);
+    pthread_t thread;
+    assert_int_equal(pthread_create(&thread, nullptr, wait_for_event, &waiter), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    assert_false(waiter.returned.load());
+    assert_int_equal(pthread_cancel(thread), 0);
+    void* result = nullptr;
+    assert_int_equal(pthread_join(thread, &result), 0);
+    assert_ptr_equal(result, PTHREAD_CANCELED);
+
+    rdma_event_channel* ch = rdma_create_event_channel();
+    assert_non_null(ch);
+    fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK);
+    rdma_destroy_event_channel(ch);
+    rdma_cm_event* e = nullptr;
+    assert_int_equal(rdma_get_cm_event(ch, &e), -1);
+    assert_int_equal(errno, EBADF);
+}
+
 void test_destroy_id_with_unacked_events(void**) {
     rdma_event_channel* ch = rdma_create_event_channel();
     auto dst = address("127.0.0.1", 7471);
@@ -1047,6 +1075,7 @@ int main(int argc, char** argv) {
         cmocka_unit_test(test_librdmacm_private_fields),
         cmocka_unit_test(test_nonblocking_channel),
         cmocka_unit_test(test_channel_destroyed_under_waiter),
+        cmocka_unit_test(test_channel_destroyed_before_a_late_wait),
         cmocka_unit_test(test_destroy_id_with_unacked_events),
         cmocka_unit_test(test_destroy_listener_with_pending_request),
         cmocka_unit_test(test_migrate_id),

@@ -8,6 +8,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <deque>
+#include <mutex>
 #include <new>
 
 #include "verbs/log.h"
@@ -65,10 +67,31 @@ EventChannel* channel_create() {
 
 namespace {
 
-// The end of a channel: its fd and itself.
-void free_channel(EventChannel* c) {
+// How many destroyed channels stay allocated (see the header): enough for
+// the threads that race their program's teardown, few enough that a
+// program making and destroying channels all day holds no more than this.
+constexpr size_t kKeptDestroyedChannels = 64;
+
+// The end of a channel: its fd closes now; the channel itself is kept
+// among the last kKeptDestroyedChannels destroyed, and the oldest of those
+// is freed.
+void retire_channel(EventChannel* c) {
+    const int flags = fcntl(c->channel.fd, F_GETFL);
+    c->late_callers_fail = flags >= 0 && (flags & O_NONBLOCK);
     close(c->channel.fd);
-    delete c;
+    // Never destroyed: a thread may destroy a channel while the process exits.
+    static auto* kept_mutex = new std::mutex;
+    static auto* kept = new std::deque<EventChannel*>;
+    EventChannel* oldest = nullptr;
+    {
+        std::lock_guard lock(*kept_mutex);
+        kept->push_back(c);
+        if (kept->size() > kKeptDestroyedChannels) {
+            oldest = kept->front();
+            kept->pop_front();
+        }
+    }
+    delete oldest;
 }
 
 }  // namespace
@@ -78,12 +101,11 @@ void channel_destroy(EventChannel* c) {
     for (CmEvent* e : c->queue)
         delete e;
     c->queue.clear();
-    if (c->readers > 0) {
-        c->destroyed = true;  // the last reader closes and frees (Reader)
-        return;
-    }
+    c->destroyed = true;
+    if (c->readers > 0)
+        return;  // the last reader retires it (Reader)
     lock.unlock();
-    free_channel(c);
+    retire_channel(c);
 }
 
 void channel_push(EventChannel* c, CmEvent* event) {
@@ -100,32 +122,48 @@ void channel_push(EventChannel* c, CmEvent* event) {
 namespace {
 
 // A thread inside channel_get. While there is one, the channel's fd stays
-// open and the channel allocated; the last one out of a destroyed channel
-// closes and frees it (see the header).
+// open; the last one out of a destroyed channel retires it (see the
+// header). One that comes after the channel was destroyed is late: it is
+// not counted and must not touch the fd.
 class Reader {
   public:
     explicit Reader(EventChannel* c) : c_(c) {
         std::lock_guard lock(c_->queue_mutex);
-        ++c_->readers;
+        late_ = c_->destroyed;
+        if (!late_)
+            ++c_->readers;
     }
     ~Reader() {
+        if (late_)
+            return;
         std::unique_lock lock(c_->queue_mutex);
         if (--c_->readers > 0 || !c_->destroyed)
             return;
         lock.unlock();
-        free_channel(c_);
+        retire_channel(c_);
     }
     Reader(const Reader&) = delete;
     Reader& operator=(const Reader&) = delete;
 
+    bool late() const { return late_; }
+
   private:
     EventChannel* c_;
+    bool late_ = false;
 };
 
 }  // namespace
 
 int channel_get(EventChannel* c, CmEvent** out) {
     const Reader reader(c);
+    if (reader.late()) {
+        // As on the kernel's channel, whose fd the waiter would find closed
+        // (non-blocking) or whose read it would be in already (blocking).
+        if (c->late_callers_fail)
+            return EBADF;
+        for (;;)
+            pause();  // a cancellation point, as read() is
+    }
     for (;;) {
         uint64_t count;
         if (read(c->channel.fd, &count, sizeof count) != sizeof count)

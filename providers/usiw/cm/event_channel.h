@@ -22,6 +22,15 @@
 // before this, that thread could wake for a withdrawn DISCONNECTED event,
 // read the closed fd and exit the process with "Bad file descriptor".
 //
+// A thread can also call rdma_get_cm_event just after another destroyed the
+// channel (rping -V's event thread, between its last ack and its next wait,
+// when the machine is busy and the main thread ends the program first).
+// That is a call on freed memory, with the kernel's channel too (whose
+// closed fd then fails the process with EBADF). So a destroyed channel is
+// kept allocated, fd closed, while it is one of the last 64 destroyed, and
+// such a late call behaves as if it had come a moment earlier: it blocks
+// for good (EBADF if the fd was non-blocking).
+//
 // Accounting, as librdmacm does it: every event counts against one id (its
 // owner: the listener for CONNECT_REQUEST, else the event's id) when the
 // application takes it, and again when it acks it; rdma_destroy_id and
@@ -78,10 +87,11 @@ struct EventChannel {
     // events (verbs/fork_guard.h).
     uint32_t fork_generation = usiw::fork_generation();
 
-    std::mutex queue_mutex;      // protects `queue`, `readers`, `destroyed`
-    std::deque<CmEvent*> queue;  // nullptr: an event withdrawn before it was taken
-    int readers = 0;             // threads inside channel_get
-    bool destroyed = false;      // channel_destroy ran while readers were inside
+    std::mutex queue_mutex;          // protects `queue`, `readers`, `destroyed`
+    std::deque<CmEvent*> queue;      // nullptr: an event withdrawn before it was taken
+    int readers = 0;                 // threads inside channel_get
+    bool destroyed = false;          // channel_destroy ran
+    bool late_callers_fail = false;  // the fd was non-blocking when it was closed
 
     // The real librdmacm's channel of this channel's kernel-backed ids
     // (kernel.h), made with the first of them; the CM engine takes its
