@@ -588,6 +588,18 @@ void* wait_for_event(void* arg) {
     return nullptr;
 }
 
+// The waiting thread has not returned and is still blocked: it ends only
+// by cancellation.
+void expect_still_waiting(EventWaiter& waiter, pthread_t thread) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    assert_false(waiter.returned.load());
+    assert_int_equal(pthread_cancel(thread), 0);
+    void* result = nullptr;
+    assert_int_equal(pthread_join(thread, &result), 0);
+    assert_ptr_equal(result, PTHREAD_CANCELED);
+    assert_false(waiter.returned.load());
+}
+
 void test_channel_destroyed_under_waiter(void**) {
     EventWaiter waiter;
     waiter.channel = rdma_create_event_channel();
@@ -596,13 +608,7 @@ void test_channel_destroyed_under_waiter(void**) {
     assert_int_equal(pthread_create(&thread, nullptr, wait_for_event, &waiter), 0);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     rdma_destroy_event_channel(waiter.channel);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    assert_false(waiter.returned.load());
-    assert_int_equal(pthread_cancel(thread), 0);
-    void* result = nullptr;
-    assert_int_equal(pthread_join(thread, &result), 0);
-    assert_ptr_equal(result, PTHREAD_CANCELED);
-    assert_false(waiter.returned.load());
+    expect_still_waiting(waiter, thread);
 }
 
 // A thread that calls rdma_get_cm_event just after another destroyed the
@@ -617,12 +623,7 @@ void test_channel_destroyed_before_a_late_wait(void**) {
     rdma_destroy_event_channel(waiter.channel);
     pthread_t thread;
     assert_int_equal(pthread_create(&thread, nullptr, wait_for_event, &waiter), 0);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    assert_false(waiter.returned.load());
-    assert_int_equal(pthread_cancel(thread), 0);
-    void* result = nullptr;
-    assert_int_equal(pthread_join(thread, &result), 0);
-    assert_ptr_equal(result, PTHREAD_CANCELED);
+    expect_still_waiting(waiter, thread);
 
     rdma_event_channel* ch = rdma_create_event_channel();
     assert_non_null(ch);
