@@ -52,7 +52,10 @@ with_links "$WORK/config" "$USIW" stat reset usiwsoak0 >/dev/null ||
 echo "soak: $((seconds / 60)) min $((seconds % 60)) s, $qps rdma_cm and $qps rendezvous QP pairs"
 log=$WORK/soak.log
 rc=0
-with_links "$WORK/config" env FAULTS_DEVICE=usiwsoak0 \
+# A rendezvous port of its own: on the default one, a concurrent test's
+# process can be the broker, and the soak would take it over (and its
+# members' links) when that process exits, which is no leak of its own.
+with_links "$WORK/config" env FAULTS_DEVICE=usiwsoak0 USIW_RDV_PORT=14791 \
     timeout $((seconds + 600)) "$USIW" run "$FAULTS" soak --seconds "$seconds" --qps "$qps" \
     >"$log" 2>&1 || rc=$?
 grep -E '^(checkpoint|end)' "$log"

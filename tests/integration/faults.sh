@@ -27,8 +27,10 @@ part() {
     while [ "$1" != -- ]; do envs+=("$1"); shift; done
     shift
     local log=$WORK/$name.log rc=0
-    # A rendezvous peer that never comes gives up after 2 s, not 10.
-    with_links "$WORK/config" env USIW_RDV_TIMEOUT_MIN_MS=2000 "${envs[@]}" \
+    # A rendezvous peer that never comes gives up after 2 s, not 10. A
+    # rendezvous port of its own: on the default one a concurrent test's
+    # process can be the broker, whose links and takeover are no scenario's.
+    with_links "$WORK/config" env USIW_RDV_TIMEOUT_MIN_MS=2000 USIW_RDV_PORT=14792 "${envs[@]}" \
         timeout 600 "$USIW" run "$FAULTS" "$@" >"$log" 2>&1 || rc=$?
     # An indented line says what a check found; it comes before the check.
     local line details=()

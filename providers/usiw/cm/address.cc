@@ -45,13 +45,17 @@ bool same_address(const SockAddr& a, const NetdevAddress& n) {
 struct DeviceNetdev {
     Device* device;
     std::optional<NetdevInfo> info;
+    bool unknown = false;  // not missing: the tables could not be read
 };
 
 std::vector<DeviceNetdev> current_netdevs() {
     std::vector<DeviceNetdev> all;
     for (Device* d : usiw_devices()) {
         std::string error;
-        all.push_back({d, query_netdev(d->netdev, &error)});
+        bool missing = false;
+        std::optional<NetdevInfo> info = query_netdev(d->netdev, &error, &missing);
+        const bool unknown = !info && !missing;
+        all.push_back({d, std::move(info), unknown});
     }
     return all;
 }
@@ -224,8 +228,11 @@ bool loopback_has_device() {
     return false;
 }
 
-std::vector<SockAddr> device_addresses() {
+std::vector<SockAddr> device_addresses(bool* complete) {
     const std::vector<DeviceNetdev> netdevs = current_netdevs();
+    if (complete)
+        *complete = std::none_of(netdevs.begin(), netdevs.end(),
+                                 [](const DeviceNetdev& n) { return n.unknown; });
     std::vector<SockAddr> all;
     auto add = [&all](const SockAddr& a) {
         if (std::none_of(all.begin(), all.end(), [&a](const SockAddr& b) { return a == b; }))

@@ -62,8 +62,11 @@ bool loopback_has_device();
 // Every address device_for_local_address gives a device for, port 0: each
 // address of a usiw device's netdev (IPv4 as AF_INET, IPv6 as AF_INET6, a
 // link-local one scoped to its netdev), and 127.0.0.1 and ::1 while a
-// device serves loopback. What a wildcard listener listens on.
-std::vector<SockAddr> device_addresses();
+// device serves loopback. What a wildcard listener listens on. `complete`
+// (if given) is false when some device's netdev could not be read (a
+// netlink dump interrupted by changes elsewhere, say): the list then lacks
+// that device's addresses, and listeners on them should stay.
+std::vector<SockAddr> device_addresses(bool* complete = nullptr);
 
 // The usiw device for a connection to `destination`, an address of this
 // host that no usiw device's netdev owns here (the kernel routes it over

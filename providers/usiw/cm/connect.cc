@@ -125,11 +125,14 @@ int follow_device_addresses(CmId* c) {
     if (!wildcard)
         return errno;
     const bool v6_only = wildcard->family() == AF_INET6 && is_v6_only(c->socket.get());
-    const std::vector<SockAddr> want = addresses_for_wildcard(*wildcard, v6_only);
+    bool complete = true;
+    const std::vector<SockAddr> want = addresses_for_wildcard(*wildcard, v6_only, &complete);
     std::vector<SockAddr> have;
     for (const ListenerWatch* watch : c->listener_watches)
         have.push_back(watch->address());
-    const ListenerChanges changes = listener_changes(have, want);
+    ListenerChanges changes = listener_changes(have, want);
+    if (!complete)
+        changes.close.clear();  // what could not be read may still be there
     for (auto i = changes.close.rbegin(); i != changes.close.rend(); ++i) {
         log_debug("rdma_cm: cm_id %p no longer listens on %s", static_cast<void*>(c),
                   have[*i].str().c_str());

@@ -85,9 +85,10 @@ AddressWatch& address_watch() {
 
 }  // namespace
 
-std::vector<SockAddr> addresses_for_wildcard(const SockAddr& wildcard, bool v6_only) {
+std::vector<SockAddr> addresses_for_wildcard(const SockAddr& wildcard, bool v6_only,
+                                             bool* complete) {
     std::vector<SockAddr> addresses;
-    for (SockAddr a : device_addresses()) {
+    for (SockAddr a : device_addresses(complete)) {
         a.set_port(wildcard.port());
         if (a.family() == wildcard.family())
             addresses.push_back(a);

@@ -20,7 +20,8 @@ namespace usiw::cm {
 // addresses of its family, with its port. An IPv6 wildcard that is not
 // v6-only takes the IPv4 ones too, IPv4-mapped, as its dual-stack socket
 // would have.
-std::vector<SockAddr> addresses_for_wildcard(const SockAddr& wildcard, bool v6_only);
+std::vector<SockAddr> addresses_for_wildcard(const SockAddr& wildcard, bool v6_only,
+                                             bool* complete = nullptr);
 
 // A non-blocking TCP socket bound to `address` and listening with
 // `backlog`: SO_REUSEADDR as every usiw socket, and v6-only unless

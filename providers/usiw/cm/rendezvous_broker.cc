@@ -394,13 +394,16 @@ void PortAgent::become_broker(UniqueFd unix_fd) {
 // (device_listeners.h), not on the wildcard, and no longer on addresses
 // that went; called again as addresses change.
 void PortAgent::open_tcp() {
-    std::vector<SockAddr> want = device_addresses();
+    bool complete = true;
+    std::vector<SockAddr> want = device_addresses(&complete);
     for (SockAddr& a : want)
         a.set_port(port_);
     std::vector<SockAddr> have;
     for (const TcpListener* l : tcp_)
         have.push_back(l->address);
-    const ListenerChanges changes = listener_changes(have, want);
+    ListenerChanges changes = listener_changes(have, want);
+    if (!complete)
+        changes.close.clear();  // what could not be read may still be there
     for (auto i = changes.close.rbegin(); i != changes.close.rend(); ++i) {
         tcp_[*i]->close_down();
         tcp_.erase(tcp_.begin() + static_cast<ptrdiff_t>(*i));
