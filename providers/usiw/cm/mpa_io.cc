@@ -81,17 +81,19 @@ void MpaExchange::send_frame(int fd, PendingWrite frame) {
     write_on(fd);
 }
 
-void MpaExchange::receive_frame(wire::MpaKind kind) {
+void MpaExchange::await_frame(wire::MpaKind kind) {
     in_ = MpaFrameReader();
     awaited_ = kind;
     step_ = Step::kReceiving;
+}
+
+void MpaExchange::receive_frame(wire::MpaKind kind) {
+    await_frame(kind);
     mpa_watch(EPOLLIN);
 }
 
 void MpaExchange::receive_frame_now(int fd, wire::MpaKind kind) {
-    in_ = MpaFrameReader();
-    awaited_ = kind;
-    step_ = Step::kReceiving;
+    await_frame(kind);
     read_on(fd);
     if (step_ == Step::kReceiving)  // not (or not all) in yet
         mpa_watch(EPOLLIN);

@@ -117,6 +117,7 @@ class MpaExchange {
     virtual void mpa_failed(MpaFailure failure, int error, const char* why) = 0;
 
   private:
+    void await_frame(wire::MpaKind kind);  // a fresh reader for the peer's frame
     void tcp_connect_done(int fd);
     void write_on(int fd);
     void read_on(int fd);
