@@ -12,6 +12,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace usiw_test {
 
@@ -33,12 +34,10 @@ inline std::optional<std::map<int, std::string>> open_fds() {
             continue;
         // A file unlinked meanwhile is still the same open file (ctest's
         // log, which a test inherits, is replaced while tests run).
-        std::string what = target;
-        const std::string deleted = " (deleted)";
-        if (what.size() > deleted.size() &&
-            what.compare(what.size() - deleted.size(), deleted.size(), deleted) == 0)
-            what.resize(what.size() - deleted.size());
-        fds[std::atoi(e->d_name)] = std::move(what);
+        std::string_view what = target;
+        if (what.ends_with(" (deleted)"))
+            what.remove_suffix(std::string_view(" (deleted)").size());
+        fds[std::atoi(e->d_name)] = std::string(what);
     }
     closedir(d);
     return fds;
