@@ -14,6 +14,7 @@
 
 #include "datapath/datapath.h"
 #include "datapath/engine_scheduling.h"
+#include "datapath/socket_watch.h"
 #include "datapath/stream.h"
 #include "verbs/log.h"
 
@@ -38,37 +39,22 @@ constexpr int kStepAsideCheckUs = 500;
 class Engine {
   public:
     Engine()
-        : epfd_(epoll_create1(EPOLL_CLOEXEC)), wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
-        if (epfd_ >= 0 && wake_fd_ >= 0)
+        : wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)), start_errno_(wake_fd_ < 0 ? errno : 0) {
+        if (wake_fd_ >= 0 && socket_watch_fd() >= 0)
             std::thread([this] {
                 pthread_setname_np(pthread_self(), "usiw-progress");  // as top -H shows it
                 run();
             }).detach();
-        else
-            epfd_ = -1;
     }
 
     int add(Stream* s) {
-        if (epfd_ < 0)
-            return EMFILE;
-        epoll_event ev{};
-        ev.events = EPOLLIN | EPOLLRDHUP;
-        ev.data.ptr = s;
-        return epoll_ctl(epfd_, EPOLL_CTL_ADD, s->fd, &ev) == 0 ? 0 : errno;
-    }
-
-    void want_writable(Stream* s, bool want) {
-        if (s->want_writable.exchange(want) == want || !s->in_epoll.load())
-            return;
-        epoll_event ev{};
-        ev.events = EPOLLIN | EPOLLRDHUP | (want ? EPOLLOUT : 0u);
-        ev.data.ptr = s;
-        epoll_ctl(epfd_, EPOLL_CTL_MOD, s->fd, &ev);
+        if (start_errno_)
+            return start_errno_;
+        return socket_watch_add(s);
     }
 
     void retire(Stream* s) {
-        if (s->in_epoll.exchange(false))
-            epoll_ctl(epfd_, EPOLL_CTL_DEL, s->fd, nullptr);
+        socket_watch_remove(s);
         {
             std::lock_guard lock(retired_mutex_);
             retired_.push_back(s);
@@ -150,7 +136,7 @@ class Engine {
             }
             // Wait without taking events, so that a batch is taken (and its
             // streams used) only under progress_mutex_.
-            pollfd fds[2] = {{epfd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+            pollfd fds[2] = {{socket_watch_fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
             if (::poll(fds, 2, 1000) < 0)
                 continue;
             if (fds[1].revents)
@@ -176,7 +162,7 @@ class Engine {
     // there were. Called with progress_mutex_ held.
     int progress(std::atomic<uint64_t> DeviceStats::*counter) {
         epoll_event events[64];
-        const int n = epoll_wait(epfd_, events, 64, 0);
+        const int n = socket_watch_ready(events, 64);
         for (int i = 0; i < n; ++i) {
             auto* s = static_cast<Stream*>(events[i].data.ptr);
             if (s->dead.load())
@@ -191,26 +177,10 @@ class Engine {
             if ((events[i].events & EPOLLOUT) && !s->dead.load())
                 stream_transmit(s, false);
             if (!s->dead.load())
-                quiet(s);
+                socket_watch_settle(s);
         }
         free_retired();
         return n;
-    }
-
-    // An ended stream with nothing left to write leaves the epoll set, so
-    // that its hung-up socket does not keep waking the engine. One whose
-    // peer closed while the QP lingers is watched for errors only: a reset
-    // (the answer to data that reached a peer that is gone) still ends it.
-    void quiet(Stream* s) {
-        if (s->want_writable.load())
-            return;
-        if (s->ended.load() && s->in_epoll.exchange(false)) {
-            epoll_ctl(epfd_, EPOLL_CTL_DEL, s->fd, nullptr);
-        } else if (s->peer_closed.load() && s->in_epoll.load()) {
-            epoll_event ev{};
-            ev.data.ptr = s;  // no events: EPOLLERR and EPOLLHUP come anyway
-            epoll_ctl(epfd_, EPOLL_CTL_MOD, s->fd, &ev);
-        }
     }
 
     // Streams retired before this point cannot appear in a later batch:
@@ -228,8 +198,8 @@ class Engine {
         }
     }
 
-    int epfd_;
-    int wake_fd_;  // app_sleeping() wakes a stepped-aside engine thread
+    int wake_fd_;      // app_sleeping() wakes a stepped-aside engine thread
+    int start_errno_;  // why the engine's thread could not start, or 0
     std::atomic<uint64_t> app_polled_ns_{0};
     std::atomic<uint64_t> last_app_poll_ns_{0};  // any poll_from_app, busy or not
     std::atomic<bool> stepped_aside_{false};
@@ -247,9 +217,6 @@ Engine& engine() {
 
 int engine_add(Stream* stream) {
     return engine().add(stream);
-}
-void engine_want_writable(Stream* stream, bool want) {
-    engine().want_writable(stream, want);
 }
 void engine_retire(Stream* stream) {
     engine().retire(stream);

@@ -18,8 +18,6 @@ namespace usiw {
 
 // Starts the engine if needed and watches `stream`'s socket for input.
 int engine_add(Stream* stream);
-// Asks for a writable notification (after a short write).
-void engine_want_writable(Stream* stream, bool want);
 // Stops watching and frees the stream once no event can refer to it.
 void engine_retire(Stream* stream);
 

@@ -28,7 +28,7 @@
 #include "datapath/attach.h"
 #include "datapath/completion.h"
 #include "datapath/datapath.h"
-#include "datapath/progress.h"
+#include "datapath/socket_watch.h"
 #include "datapath/stream.h"
 #include "verbs/log.h"
 
@@ -643,7 +643,7 @@ bool write_batch(Stream* s) {
                 continue;
             }
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                engine_want_writable(s, true);
+                socket_watch_writable(s, true);
                 return false;
             }
             stream_fail(s, StreamEnd::kPeerReset, errno);
@@ -672,7 +672,7 @@ bool write_batch(Stream* s) {
             ++b.iov_sent;
     }
     if (s->want_writable.load())
-        engine_want_writable(s, false);
+        socket_watch_writable(s, false);
     count(s->context->device->stats->tx_fpdus, b.fpdus);
     return true;
 }
