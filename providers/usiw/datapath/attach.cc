@@ -74,12 +74,20 @@ int qp_attach_stream(Qp* qp, StreamParams&& params, StreamObserver* observer) {
     setsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     set_peer_timeout(s->fd, settings::peer_timeout_ms());
     stream_setup_zerocopy(s);
+    // Once the QP has the stream, a thread posting to it transmits. Its
+    // first short write must find the socket watched, or its request for a
+    // writable notification (socket_watch_writable) is lost and the send
+    // queue stalls for good: so the stream is published and watched under
+    // its tx_mutex, and a post meanwhile leaves its work to the
+    // stream_transmit below (tx_pending).
+    std::unique_lock tx(s->tx_mutex);
     {
         std::lock_guard lock(qp->state_mutex);
         const bool keep = s->params.keep_qp_state;
         const bool ready = keep ? qp->state == IBV_QPS_RTR || qp->state == IBV_QPS_RTS
                                 : qp->state == IBV_QPS_INIT || qp->state == IBV_QPS_RTR;
         if (qp->stream.load() || !ready) {
+            tx.unlock();
             close(s->fd);
             delete s;
             return EINVAL;
@@ -91,8 +99,11 @@ int qp_attach_stream(Qp* qp, StreamParams&& params, StreamObserver* observer) {
         }
     }
     s->in_epoll.store(true);
-    if (int err = engine_add(s)) {
+    const int err = engine_add(s);
+    if (err)
         s->in_epoll.store(false);
+    tx.unlock();
+    if (err) {
         stream_fail(s, StreamEnd::kPeerReset, err);
         return err;
     }
@@ -101,7 +112,7 @@ int qp_attach_stream(Qp* qp, StreamParams&& params, StreamObserver* observer) {
     // ibv_modify_qp may be in RTS already).
     if (!s->params.received.empty())
         stream_receive(s);
-    if (s->rtr_pending || s->params.keep_qp_state)
+    if (s->rtr_pending || s->params.keep_qp_state || s->tx_pending.load())
         stream_transmit(s, true);
     return 0;
 }
