@@ -2,16 +2,23 @@
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # Benchmarks usiw against raw TCP on the same path, in one run:
 #   raw TCP:  iperf3 throughput and its CPU seconds per GiB, sockperf TCP
-#             ping-pong latency and 64-byte message rate (sockperf tp),
-#             plain TCP connect/accept rate (usiw_connrate --tcp); at
-#             64 KiB and 1 MiB the reference is iperf3 writing that size
-#             (-l), run just before each usiw run (alternating)
+#             ping-pong latency (average, and the 99.9th percentile at
+#             14 B) and 64-byte message rate (sockperf tp), plain TCP
+#             connect/accept rate (usiw_connrate --tcp); at 64 KiB and
+#             1 MiB the reference is iperf3 writing that size (-l), run
+#             just before each usiw run (alternating)
 #   usiw:     stock perftest -R (ib_{write,send,read}_bw at 64 B, 4 KiB,
 #             64 KiB and 1 MiB, with the message rate at 64 B and the CPU
 #             seconds per GiB at 64 KiB and 1 MiB; ib_{write,send,read}_lat
-#             at 8 B and 4 KiB), ib_write_bw without -R at 64 KiB and 1 MiB
-#             (row "ib_write_bw*": QPs connected by ibv_modify_qp, through
-#             the rendezvous), rdma_cm connection setup rate (usiw_connrate)
+#             at 8 B and 4 KiB, average, and at 8 B the 99.9th percentile
+#             of write and send (metric p99.9_usec); ib_send_lat -e at 8 B,
+#             sleeping on the completion channel (row "ib_send_lat-e")),
+#             ib_write_bw without -R at 64 KiB and 1 MiB (row
+#             "ib_write_bw*": QPs connected by ibv_modify_qp, through the
+#             rendezvous), ib_write_bw -R -q 8 at 64 B (row
+#             "ib_write_bw-q8": eight QPs' message rate, whose reference is
+#             not raw TCP but the single-QP ib_write_bw 64 B row), rdma_cm
+#             connection setup rate (usiw_connrate)
 # on loopback and between two network namespaces joined by a veth pair
 # (root only). CPU seconds per GiB: user + system time of both ends (server
 # and client, with all their threads and children, from GNU time) over the
@@ -209,11 +216,16 @@ sockperf_pair() {
     wait "$spid" 2>/dev/null || true
 }
 
-# Raw TCP ping-pong latency in usec (sockperf: half the round trip; it
-# blocks in recv, where perftest busy-polls its CQ).
-sockperf_usec() {  # SERVER_NS CLIENT_NS ADDR SIZE
+# Raw TCP ping-pong latency (sockperf: half the round trip; it blocks in
+# recv, where perftest busy-polls its CQ): prints the average and the
+# 99.9th percentile in usec ("avg-latency=A (std-dev=...)" and
+# "---> percentile 99.900 = P" in its summary; the average alone when the
+# summary has no percentiles).
+sockperf_pp() {  # SERVER_NS CLIENT_NS ADDR SIZE
     sockperf_pair "$1" "$2" "$3" 5302 pp -m "$4" |
-        sed -n 's/.*avg-latency=\([0-9.]*\).*/\1/p' | tail -n 1
+        awk '/avg-latency=/ { sub(/.*avg-latency=/, ""); avg = $1 }
+             $3 == "percentile" && $4 == "99.900" { p999 = $6 }
+             END { if (avg != "") print avg (p999 != "" ? " " p999 : "") }'
 }
 
 # Raw TCP message rate in millions of messages per second: one stream of
@@ -301,25 +313,36 @@ median_line() {
         awk '{ line[NR] = $0 } END { print line[int(NR / 2) + 1] }'
 }
 
-# median_of FIELD CMD...: runs CMD $runs times, with RUN=1..$runs in its
-# environment (the log files get .runN), and prints the output line whose
-# field FIELD is the median of the runs that printed one (median_line).
-median_of() {
-    local field=$1 i out
-    shift
-    local lines=()
+# median_field FIELD LINE...: field FIELD of the median_line by FIELD.
+median_field() {
+    median_line "$@" | awk -v field="$1" '{ print $field }'
+}
+
+# runs_of CMD...: runs CMD $runs times, with RUN=1..$runs in its
+# environment (the log files get .runN), and prints the line of each run
+# that printed one.
+runs_of() {
+    local i out
     for i in $(seq "$runs"); do
         out=$(RUN=$i "$@") || true
-        [ -n "$out" ] && lines+=("$out")
+        if [ -n "$out" ]; then echo "$out"; fi
     done
+}
+
+# median_of FIELD CMD...: the line of CMD's runs (runs_of) whose field
+# FIELD is the median (median_line).
+median_of() {
+    local field=$1 lines
+    shift
+    mapfile -t lines < <(runs_of "$@")
     median_line "$field" "${lines[@]}"
 }
 
-# bw_row LOG SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR TEST SIZE: a
-# bandwidth result row (perftest_row) that adds up, or nothing.
+# bw_row LOG SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR TEST SIZE
+# [ARGS...]: a bandwidth result row (perftest_row) that adds up, or nothing.
 bw_row() {
     local test=$7 size=$8 r
-    r=$(perftest_row "${@:1:6}" "$test" -s "$size" -D "$seconds") || true
+    r=$(perftest_row "${@:1:6}" "$test" -s "$size" -D "$seconds" "${@:9}") || true
     if [ -n "$r" ] && perftest_sound "${1##*/}${RUN:+ (run $RUN)}" "$r"; then
         echo "$r"
     fi
@@ -330,6 +353,9 @@ quotient() {
     [ -n "$1" ] && [ -n "$2" ] && /usr/bin/python3 -c "print('%.2f' % ($1 / $2))" 2>/dev/null || true
 }
 
+# The table's columns: path test bytes metric usiw raw-TCP ratio vs-iperf3.
+table_format='%-9s %-14s %9s  %-10s %12s %12s %7s %9s\n'
+
 # row PATH TEST SIZE METRIC USIW RAW [DEFAULT_RAW]: one line of the table
 # and the CSV. DEFAULT_RAW, for the target sizes' throughput, is the
 # default iperf3's figure (RAW being iperf3 writing the same size); the
@@ -339,24 +365,28 @@ row() {
     ratio=$(quotient "$5" "$6")
     default_ratio=$(quotient "$5" "${7:-}")
     echo "$1,$2,$3,$4,$5,$6,$ratio,$default_ratio" >>"$csv"
-    printf '%-9s %-13s %9s  %-9s %12s %12s %7s %9s\n' "$1" "$2" "$3" "$4" "${5:--}" "${6:--}" \
-        "${ratio:--}" "${default_ratio:--}"
+    # shellcheck disable=SC2059 # the format is table_format
+    printf "$table_format" "$1" "$2" "$3" "$4" "${5:--}" "${6:--}" "${ratio:--}" \
+        "${default_ratio:--}"
 }
 
 measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
     local path=$1 sconf=$2 snet=$3 cconf=$4 cnet=$5 addr=$6
-    local tcp_gbps tcp_cpu lat8 lat4k mmsgs r
+    local tcp_gbps tcp_cpu lat8 p999 lat4k mmsgs r lines
     r=$(median_of 1 iperf_run "$logs/$path-iperf3" "$snet" "$cnet" "$addr")
     read -r tcp_gbps tcp_cpu <<<"$r"
     # sockperf's smallest message is 14 bytes: the reference for 8-byte RDMA.
-    lat8=$(median_of 1 sockperf_usec "$snet" "$cnet" "$addr" 14)
-    lat4k=$(median_of 1 sockperf_usec "$snet" "$cnet" "$addr" 4096)
+    mapfile -t lines < <(runs_of sockperf_pp "$snet" "$cnet" "$addr" 14)
+    lat8=$(median_field 1 "${lines[@]}")
+    p999=$(median_field 2 "${lines[@]}")
+    lat4k=$(median_of 1 sockperf_pp "$snet" "$cnet" "$addr" 4096 | awk '{ print $1 }')
     mmsgs=$(median_of 1 sockperf_mmsgs "$snet" "$cnet" "$addr")
     row "$path" iperf3 - Gbit/s "$tcp_gbps" "$tcp_gbps"
     row "$path" iperf3 - cpu_s/GiB "$tcp_cpu" "$tcp_cpu"
     row "$path" sockperf 14 usec "$lat8" "$lat8"
+    row "$path" sockperf 14 p99.9_usec "$p999" "$p999"
     row "$path" sockperf-tp 64 Mmsg/s "$mmsgs" "$mmsgs"
-    local test label size sizes gbps ref_gbps ref_cpu default_gbps i out
+    local test label size sizes gbps ref_gbps ref_cpu default_gbps i out write64
     for label in ib_write_bw 'ib_write_bw*' ib_send_bw ib_read_bw; do
         test=${label%\*} cm_args=(-R) sizes="64 4096 65536 1048576"
         if [ "$label" != "$test" ]; then
@@ -393,6 +423,7 @@ measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
             row "$path" "$label" "$size" Gbit/s "$gbps" "$ref_gbps" "$default_gbps"
             if [ "$size" = 64 ]; then
                 row "$path" "$label" "$size" Mmsg/s "$(awk '{print $5}' <<<"$r")" "$mmsgs"
+                if [ "$label" = ib_write_bw ]; then write64=$(awk '{print $5}' <<<"$r"); fi
             fi
             if [ "$size" -ge 65536 ]; then
                 # bytes moved in the whole run (the CPU time's span):
@@ -404,20 +435,38 @@ measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
         done
     done
     cm_args=(-R)
-    for test in ib_write_lat ib_send_lat ib_read_lat; do
-        for size in 8 4096; do
-            # the run with the median average latency (t_avg)
-            r=$(median_of 6 perftest_row "$logs/$path-$test-$size" "$sconf" "$snet" "$cconf" \
-                "$cnet" "$addr" "$test" -s "$size" -n $((quick ? 2000 : 20000)))
-            # columns: bytes iterations t_min t_max t_typical t_avg ...
+    # Several QPs: eight QPs of one perftest pair, the aggregate message
+    # rate against the single QP's above.
+    r=$(median_of 4 bw_row "$logs/$path-ib_write_bw-q8-64" "$sconf" "$snet" "$cconf" "$cnet" \
+        "$addr" ib_write_bw 64 -q 8)
+    [ -n "$r" ] || echo "bench.sh: $path: ib_write_bw -R -q 8 gave no sound result in" \
+        "$runs run(s); row ib_write_bw-q8 left blank" >&2
+    row "$path" ib_write_bw-q8 64 Mmsg/s "$(awk '{print $5}' <<<"$r")" "${write64:-}"
+    local events
+    for label in ib_write_lat ib_send_lat ib_read_lat ib_send_lat-e; do
+        test=${label%-e} events=() sizes="8 4096"
+        if [ "$label" != "$test" ]; then
+            # perftest sleeps on the completion channel (ibv_get_cq_event)
+            events=(-e) sizes=8
+        fi
+        for size in $sizes; do
+            mapfile -t lines < <(runs_of perftest_row "$logs/$path-$label-$size" "$sconf" \
+                "$snet" "$cconf" "$cnet" "$addr" "$test" "${events[@]}" -s "$size" \
+                -n $((quick ? 2000 : 20000)))
+            # columns: bytes iterations t_min t_max t_typical t_avg t_stdev
+            # 99%_percentile 99.9%_percentile cpu_seconds
             local raw=$lat8
             [ "$size" = 4096 ] && raw=$lat4k
             # sockperf reports half the round trip, as perftest does for
             # WRITE and SEND; perftest's READ figure is the whole round trip
             # (a READ is one), so its reference is twice sockperf's.
             [ "$test" = ib_read_lat ] && raw=$(awk -v r="$raw" 'BEGIN { if (r != "") printf "%.3f", 2 * r }')
-            row "$path" "$test" "$size" usec "$(awk '{print $6}' <<<"$r")" "$raw"
-
+            # the median of the runs' average latencies (t_avg)
+            row "$path" "$label" "$size" usec "$(median_field 6 "${lines[@]}")" "$raw"
+            if [ "$size" = 8 ] && [ "$label" != ib_read_lat ] && [ -z "${events[*]}" ]; then
+                # the tail: the median of the runs' 99.9th percentiles
+                row "$path" "$label" "$size" p99.9_usec "$(median_field 9 "${lines[@]}")" "$p999"
+            fi
         done
     done
     local tcp_conns
@@ -428,11 +477,13 @@ measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
 }
 
 echo "each figure is the median of $runs run(s)"
-printf '%-9s %-13s %9s  %-9s %12s %12s %7s %9s\n' path test bytes metric usiw raw-TCP ratio \
-    vs-iperf3
+# shellcheck disable=SC2059 # the format is table_format
+printf "$table_format" path test bytes metric usiw raw-TCP ratio vs-iperf3
 echo "(raw-TCP at 64 KiB and 1 MiB: iperf3 writing that size, alternating with usiw;" \
     "vs-iperf3: usiw over the default iperf3 row; ib_write_bw*: without -R, QPs connected" \
-    "by ibv_modify_qp)"
+    "by ibv_modify_qp; ib_write_bw-q8: 8 QPs, its raw-TCP column is the single-QP" \
+    "ib_write_bw 64 B rate; ib_send_lat-e: sleeping on the completion channel; p99.9_usec:" \
+    "the 99.9th percentile)"
 links_dir "$work/lo"
 if [ "$where" != netns ]; then
     measure loopback "$work/lo" "" "$work/lo" "" 127.0.0.1
