@@ -105,6 +105,15 @@ pair() {
             [ "$f" = "$sout" ] && [ "$server_rc" -eq 1 ] && server_rc=0
         fi
     done
+    # See rendezvous_suite: ibv_srq_pingpong's server sending past the end
+    # to a client that has finished and gone, and nothing else.
+    if [ -n "${ALLOW_LATE_SEND:-}" ] && [ "$client_rc" -eq 0 ] && [ "$server_rc" -eq 1 ] &&
+        grep -Eq "$cre" "$cout" && grep -Eq "^usiw: QP [0-9]+: stream ended \(1, no error\)" "$sout" &&
+        [ "$(grep -v "^usiw: \|^ *\(local\|remote\) address:" "$sout")" = \
+            "Failed status Work Request Flushed Error (5) for wr_id 2" ]; then
+        echo "note: $name: the server sent once more after the client had finished and gone (ibv_srq_pingpong's own race)"
+        server_rc=0 sre=.
+    fi
     [ "$client_rc" -eq 0 ] || why+=" client exit $client_rc;"
     [ "$server_rc" -eq 0 ] || why+=" server exit $server_rc;"
     grep -Eq "$cre" "$cout" || why+=" client output lacks /$cre/;"
@@ -208,7 +217,19 @@ rendezvous_suite() {
         read -r -a words <<<"$t"
         if [[ $t == ibv_* ]]; then
             name="$tag IPv$family $t -g $gidx"
-            pair "$name" $p "$senv" "$cenv" "^[0-9]+ iters in" "^[0-9]+ iters in" \
+            # ibv_srq_pingpong counts its iterations over all 16 QPs and
+            # posts a SEND whenever a QP is idle and fewer than -n SENDs
+            # have completed. So at the end its server can post one more
+            # SEND while the completions that reach -n are still to be
+            # polled; the client has finished and exits, and that SEND
+            # finds its peer gone. usiw flushes it at once (as siw does);
+            # on InfiniBand and rxe the error comes only after the retry
+            # timeout, when the server has already exited. The client's
+            # result (and -c's data check) stand; that one flushed SEND is
+            # let through (pair above), and only it.
+            local late=""
+            [[ $t == ibv_srq_pingpong* ]] && late=1
+            ALLOW_LATE_SEND=$late pair "$name" $p "$senv" "$cenv" "^[0-9]+ iters in" "^[0-9]+ iters in" \
                 -- "${words[@]}" -d usiw0 -g "$gidx" -n 200 -p $p \
                 -- "${words[@]}" -d usiw0 -g "$gidx" -n 200 -p $p "$saddr"
             # -c: the receiving side prints what it found wrong.
