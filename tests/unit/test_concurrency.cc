@@ -3,10 +3,10 @@
 // traffic flows, and work posted while a QP's connection is being attached:
 // what rdma-core allows an application to do at once (verbs calls on one QP
 // or CQ from several threads; destroying a QP while another thread polls
-// its CQ; posting to a QP that another thread connects). The bytes and the completions are checked;
-// under the ThreadSanitizer configuration (USIW_TSAN, .ci/run) the same
-// runs also show that usiw's own threads and the application's agree on
-// their locks.
+// its CQ; posting to a QP that another thread connects). The bytes and the
+// completions are checked; under the ThreadSanitizer configuration
+// (USIW_TSAN, .ci/run) the same runs also show that usiw's own threads and
+// the application's agree on their locks.
 #include <dlfcn.h>
 #include <infiniband/verbs.h>
 #include <sys/epoll.h>
