@@ -130,9 +130,7 @@ int follow_device_addresses(CmId* c) {
     std::vector<SockAddr> have;
     for (const ListenerWatch* watch : c->listener_watches)
         have.push_back(watch->address());
-    ListenerChanges changes = listener_changes(have, want);
-    if (!complete)
-        changes.close.clear();  // what could not be read may still be there
+    const ListenerChanges changes = listener_changes(have, want, complete);
     for (auto i = changes.close.rbegin(); i != changes.close.rend(); ++i) {
         log_debug("rdma_cm: cm_id %p no longer listens on %s", static_cast<void*>(c),
                   have[*i].str().c_str());

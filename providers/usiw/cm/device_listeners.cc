@@ -115,11 +115,13 @@ int open_listener(const SockAddr& address, int backlog, UniqueFd* out) {
     return 0;
 }
 
-ListenerChanges listener_changes(std::span<const SockAddr> have, std::span<const SockAddr> want) {
+ListenerChanges listener_changes(std::span<const SockAddr> have, std::span<const SockAddr> want,
+                                 bool want_complete) {
     ListenerChanges changes;
-    for (size_t i = 0; i < have.size(); ++i)
-        if (std::find(want.begin(), want.end(), have[i]) == want.end())
-            changes.close.push_back(i);
+    if (want_complete)
+        for (size_t i = 0; i < have.size(); ++i)
+            if (std::find(want.begin(), want.end(), have[i]) == want.end())
+                changes.close.push_back(i);
     for (const SockAddr& a : want)
         if (std::find(have.begin(), have.end(), a) == have.end())
             changes.open.push_back(a);

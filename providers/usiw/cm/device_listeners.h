@@ -29,12 +29,15 @@ std::vector<SockAddr> addresses_for_wildcard(const SockAddr& wildcard, bool v6_o
 int open_listener(const SockAddr& address, int backlog, UniqueFd* out);
 
 // From listeners on `have` to listeners on `want`: the addresses to open,
-// and the indexes into `have` of the ones to close.
+// and the indexes into `have` of the ones to close. When `want` is not
+// complete (some device's netdev could not be read, device_addresses),
+// nothing closes: what could not be read may still be there.
 struct ListenerChanges {
     std::vector<SockAddr> open;
     std::vector<size_t> close;
 };
-ListenerChanges listener_changes(std::span<const SockAddr> have, std::span<const SockAddr> want);
+ListenerChanges listener_changes(std::span<const SockAddr> have, std::span<const SockAddr> want,
+                                 bool want_complete = true);
 
 // Told when a netdev's link or addresses change: on the CM engine, CM lock
 // held.

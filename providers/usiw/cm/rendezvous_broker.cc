@@ -401,9 +401,7 @@ void PortAgent::open_tcp() {
     std::vector<SockAddr> have;
     for (const TcpListener* l : tcp_)
         have.push_back(l->address);
-    ListenerChanges changes = listener_changes(have, want);
-    if (!complete)
-        changes.close.clear();  // what could not be read may still be there
+    const ListenerChanges changes = listener_changes(have, want, complete);
     for (auto i = changes.close.rbegin(); i != changes.close.rend(); ++i) {
         tcp_[*i]->close_down();
         tcp_.erase(tcp_.begin() + static_cast<ptrdiff_t>(*i));
