@@ -422,8 +422,10 @@ measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
             gbps=$(awk '{printf "%.2f", $4 * 1048576 * 8 / 1e9}' <<<"$r")
             row "$path" "$label" "$size" Gbit/s "$gbps" "$ref_gbps" "$default_gbps"
             if [ "$size" = 64 ]; then
-                row "$path" "$label" "$size" Mmsg/s "$(awk '{print $5}' <<<"$r")" "$mmsgs"
-                if [ "$label" = ib_write_bw ]; then write64=$(awk '{print $5}' <<<"$r"); fi
+                local rate
+                rate=$(awk '{print $5}' <<<"$r")
+                row "$path" "$label" "$size" Mmsg/s "$rate" "$mmsgs"
+                if [ "$label" = ib_write_bw ]; then write64=$rate; fi
             fi
             if [ "$size" -ge 65536 ]; then
                 # bytes moved in the whole run (the CPU time's span):

@@ -34,9 +34,10 @@ inline std::optional<std::map<int, std::string>> open_fds() {
             continue;
         // A file unlinked meanwhile is still the same open file (ctest's
         // log, which a test inherits, is replaced while tests run).
+        constexpr std::string_view kDeleted = " (deleted)";
         std::string_view what = target;
-        if (what.ends_with(" (deleted)"))
-            what.remove_suffix(std::string_view(" (deleted)").size());
+        if (what.ends_with(kDeleted))
+            what.remove_suffix(kDeleted.size());
         fds[std::atoi(e->d_name)] = std::string(what);
     }
     closedir(d);

@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #include "datapath/socket_watch.h"
 
-#include <unistd.h>
-
 #include <cerrno>
 
 #include "datapath/stream.h"
