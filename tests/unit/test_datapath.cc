@@ -2392,9 +2392,12 @@ void test_raw_peer_closes_after_send(void**) {
 // shim cannot, so a peer's placement there must end in a TERMINATE and an
 // error completion, never a signal, and other connections carry on.
 
-// Five pages mapped by the test and registered; pages 1 to 3 are unmapped
-// again while the registration lives (page 4 stays, so the hole is bounded
-// and the next mapping of the process is unlikely to land in it).
+// Five pages mapped by the test and registered; pages 1 to 3 are then
+// replaced, while the registration lives, by a mapping without access: the
+// pages the MR registered are gone, as after munmap, and the kernel fails
+// every access to the range with EFAULT, as for a hole. A hole itself
+// would be the highest free gap of the address space, where any thread's
+// next small mmap lands; then the "unmapped" memory would be mapped again.
 struct UnmappedMr {
     uint8_t* base = nullptr;
     size_t page = 0;
@@ -2411,14 +2414,15 @@ UnmappedMr unmapped_mr(const Host& h) {
     std::memset(u.base, kGuard, 5 * u.page);
     u.mr = ibv_reg_mr(h.pd, m, 5 * u.page, kAllAccess);
     EXPECT(u.mr != nullptr, "ibv_reg_mr: %s", std::strerror(errno));
-    EXPECT(munmap(u.base + u.page, 3 * u.page) == 0, "munmap: %s", std::strerror(errno));
+    EXPECT(mmap(u.base + u.page, 3 * u.page, PROT_NONE,
+                MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) == u.base + u.page,
+           "mmap over the registered pages: %s", std::strerror(errno));
     return u;
 }
 
 void release(UnmappedMr& u) {
     EXPECT(ibv_dereg_mr(u.mr) == 0, "ibv_dereg_mr of the region with a hole");
-    munmap(u.base, u.page);
-    munmap(u.base + 4 * u.page, u.page);
+    munmap(u.base, 5 * u.page);
 }
 
 uint64_t placement_faults() {

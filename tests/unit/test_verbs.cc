@@ -538,26 +538,37 @@ void test_mr_zero_length(void** state) {
     assert_int_equal(errno, EINVAL);
 }
 
+// Memory the registration cannot pin. The ranges here are ones no other
+// thread can map in the meantime: a page turned PROT_NONE stays in the
+// address space (a hole left by munmap would be the highest free gap, where
+// the next mmap of any thread lands), and nothing maps the page at 4096
+// (mmap places from the top down, and a program's image starts far above
+// it). Holes between mappings: test_address_space.
 void test_mr_unmapped_memory(void** state) {
     Fixture& f = fx(state);
     const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
     auto* p = static_cast<char*>(
         mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
     assert_true(p != MAP_FAILED);
-    assert_int_equal(munmap(p + page, page), 0);
-    // The first page is mapped, the second is not: the range is not whole.
+    assert_int_equal(mprotect(p + page, page, PROT_NONE), 0);
+    // The first page is accessible, the second is not: the range is not whole.
     errno = 0;
     assert_null(ibv_reg_mr(f.pd, p, 2 * page, IBV_ACCESS_LOCAL_WRITE));
+    assert_int_equal(errno, EFAULT);
+    errno = 0;
+    assert_null(ibv_reg_mr(f.pd, p, 2 * page, 0));
     assert_int_equal(errno, EFAULT);
     ibv_mr* mr = ibv_reg_mr(f.pd, p, page, IBV_ACCESS_LOCAL_WRITE);
     assert_non_null(mr);
     assert_int_equal(ibv_dereg_mr(mr), 0);
-    assert_int_equal(munmap(p, page), 0);
+    assert_int_equal(munmap(p, 2 * page), 0);
+    // Not mapped at all.
+    auto* low = reinterpret_cast<void*>(4096);
     errno = 0;
-    assert_null(ibv_reg_mr(f.pd, p, page, IBV_ACCESS_LOCAL_WRITE));
+    assert_null(ibv_reg_mr(f.pd, low, page, IBV_ACCESS_LOCAL_WRITE));
     assert_int_equal(errno, EFAULT);
     errno = 0;
-    assert_null(ibv_reg_mr(f.pd, p, page, 0));
+    assert_null(ibv_reg_mr(f.pd, low, page, 0));
     assert_int_equal(errno, EFAULT);
 }
 

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 
 namespace usiw {
 
@@ -14,5 +15,10 @@ namespace usiw {
 // `need_write`), else EFAULT; if /proc/self/maps cannot be read, the
 // errno of that (EMFILE at a low RLIMIT_NOFILE).
 int check_mapping(uintptr_t addr, size_t length, bool need_write);
+
+// The same answer read from `maps`, a listing in /proc/<pid>/maps format
+// (address order). Tests give it listings whose holes no other thread can
+// fill, as one could fill a hole unmapped in this process's own space.
+int check_mapping_in(std::FILE* maps, uintptr_t addr, size_t length, bool need_write);
 
 }  // namespace usiw
