@@ -17,6 +17,10 @@
 //
 // The interface is a dummy; where the kernel has no dummy driver, one end of
 // a veth pair whose peer stays up, which behaves the same for the port.
+//
+// The executable defines poll (exported, tests/unit/CMakeLists.txt), so
+// that a test can hold the provider's monitor thread between waking for a
+// change and reading it.
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -29,12 +33,17 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <dlfcn.h>
+
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -49,6 +58,39 @@
 #include <stdint.h>
 extern "C" {
 #include <cmocka.h>
+}
+
+// The provider's monitor thread waits with poll() on one rtnetlink socket
+// and no timeout. While `held` is set, such a wait that has returned does
+// not return to the thread until `held` is cleared: the thread has seen a
+// change and not yet read it.
+struct MonitorHold {
+    std::mutex mutex;
+    std::condition_variable changed;
+    bool held = false;
+    bool holding = false;  // the monitor thread is being held
+} g_monitor_hold;
+
+bool is_netlink_socket(int fd) {
+    int domain = 0;
+    socklen_t size = sizeof domain;
+    return getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &size) == 0 && domain == AF_NETLINK;
+}
+
+extern "C" int poll(pollfd* fds, nfds_t nfds, int timeout) {
+    using Poll = int (*)(pollfd*, nfds_t, int);
+    static const auto next = reinterpret_cast<Poll>(dlsym(RTLD_NEXT, "poll"));
+    const int rc = next(fds, nfds, timeout);
+    if (nfds == 1 && timeout < 0 && is_netlink_socket(fds[0].fd)) {
+        std::unique_lock lock(g_monitor_hold.mutex);
+        if (g_monitor_hold.held) {
+            g_monitor_hold.holding = true;
+            g_monitor_hold.changed.notify_all();
+            g_monitor_hold.changed.wait(lock, [] { return !g_monitor_hold.held; });
+            g_monitor_hold.holding = false;
+        }
+    }
+    return rc;
 }
 
 namespace {
@@ -297,6 +339,46 @@ void test_addresses_change_gids(void** state) {
     expect_no_async(world.ctx, "port 1", 200);
 }
 
+// A context opened after an address was added, before the monitor thread
+// read the change, reads the netdev first. The contexts open before it must
+// still get IBV_EVENT_GID_CHANGE (the open once took the change for its own
+// and the monitor then found nothing new), and the new one must not.
+void test_gid_change_seen_first_by_an_opening_context(void** state) {
+    (void)state;
+    skip_unless_ready();
+    {
+        std::lock_guard lock(g_monitor_hold.mutex);
+        g_monitor_hold.held = true;
+    }
+    const std::string dev = kNetdev;
+    assert_int_equal(run("ip addr add 192.0.2.33/24 dev " + dev), 0);
+    bool monitor_held = false;
+    {
+        std::unique_lock lock(g_monitor_hold.mutex);
+        monitor_held = g_monitor_hold.changed.wait_for(lock, std::chrono::milliseconds(kTimeoutMs),
+                                                       [] { return g_monitor_hold.holding; });
+    }
+    ibv_context* second = monitor_held ? ibv_open_device(world.device) : nullptr;
+    {
+        std::lock_guard lock(g_monitor_hold.mutex);
+        g_monitor_hold.held = false;
+    }
+    g_monitor_hold.changed.notify_all();
+    EXPECT(monitor_held, "the monitor thread did not wake for the new address in %d ms",
+           kTimeoutMs);
+    assert_non_null(second);
+    expect_gids(second, {"192.0.2.33"});
+    expect_port_event(world.ctx, IBV_EVENT_GID_CHANGE);
+    expect_gids(world.ctx, {"192.0.2.33"});
+    expect_no_async(second, "a context opened after the change", 200);
+
+    assert_int_equal(run("ip addr del 192.0.2.33/24 dev " + dev), 0);
+    expect_port_event(world.ctx, IBV_EVENT_GID_CHANGE);
+    expect_port_event(second, IBV_EVENT_GID_CHANGE);
+    assert_int_equal(ibv_close_device(second), 0);
+    expect_no_async(world.ctx, "port 1", 200);
+}
+
 // Waits (at most kTimeoutMs) for the next event of the synchronous id
 // `id`'s channel to be readable, so that a failure cannot hang the test.
 bool event_ready(rdma_cm_id* id) {
@@ -398,6 +480,7 @@ int main(void) {
         cmocka_unit_test(test_port_active_on_up_netdev),
         cmocka_unit_test(test_link_down_and_up),
         cmocka_unit_test(test_addresses_change_gids),
+        cmocka_unit_test(test_gid_change_seen_first_by_an_opening_context),
         cmocka_unit_test(test_rdma_cm_on_an_address_added_now),
         cmocka_unit_test(test_netdev_removed),
     };

@@ -141,7 +141,7 @@ verbs_context* open_context(Device* device, int cmd_fd, std::unique_ptr<ContextB
     ctx->fork_generation = fork_generation();
     verbs_set_ops(&shell->vctx, &context_ops());
 
-    device->refresh();
+    refresh_device(device);
     {
         std::lock_guard lock(device->mutex);
         device->open_contexts.push_back(ctx);

@@ -31,19 +31,8 @@ void refresh_watched() {
         std::lock_guard lock(watched_mutex);
         devices = watched;
     }
-    for (Device* device : devices) {
-        const unsigned changes = device->refresh();
-        if (changes & Device::kPortState) {
-            ibv_port_attr attr;
-            device->fill_port_attr(&attr);
-            const bool active = attr.state == IBV_PORT_ACTIVE;
-            log_debug("%s: port 1 %s (netdev %s)", device->name.c_str(), active ? "ACTIVE" : "DOWN",
-                      device->netdev.c_str());
-            post_to_contexts(device, active ? IBV_EVENT_PORT_ACTIVE : IBV_EVENT_PORT_ERR);
-        }
-        if (changes & Device::kGids)
-            post_to_contexts(device, IBV_EVENT_GID_CHANGE);
-    }
+    for (Device* device : devices)
+        refresh_device(device);
 }
 
 void monitor_loop(std::unique_ptr<NetdevMonitor> monitor) {
@@ -67,6 +56,20 @@ void start_thread() {
 }
 
 }  // namespace
+
+void refresh_device(Device* device) {
+    const unsigned changes = device->refresh();
+    if (changes & Device::kPortState) {
+        ibv_port_attr attr;
+        device->fill_port_attr(&attr);
+        const bool active = attr.state == IBV_PORT_ACTIVE;
+        log_debug("%s: port 1 %s (netdev %s)", device->name.c_str(), active ? "ACTIVE" : "DOWN",
+                  device->netdev.c_str());
+        post_to_contexts(device, active ? IBV_EVENT_PORT_ACTIVE : IBV_EVENT_PORT_ERR);
+    }
+    if (changes & Device::kGids)
+        post_to_contexts(device, IBV_EVENT_GID_CHANGE);
+}
 
 void watch_device(Device* device) {
     static std::once_flag started;

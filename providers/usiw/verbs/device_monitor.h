@@ -16,4 +16,11 @@ namespace usiw {
 // open and query, and a debug line says why events will not come.
 void watch_device(Device* device);
 
+// Re-reads `device`'s netdev and raises the events of whatever changed on
+// the contexts open on it. Whoever refreshes a device must announce what
+// the refresh found: the next refresh compares against this one, so a
+// change seen and not announced (say by a context opening just after an
+// address was added, before the monitor thread woke) is never announced.
+void refresh_device(Device* device);
+
 }  // namespace usiw
