@@ -181,8 +181,10 @@ if [ "$WHERE" = loopback ] || [ "$WHERE" = all ]; then
     single "no such QP" "$WORK/lo" "" -- noqp
     single "a peer that never connects" "$WORK/lo" "" USIW_RDV_TIMEOUT_MIN_MS=100 -- \
         nopeer --timeout 17 --retry 1 --expect-ms 1073
-    pair "a peer that dies, a SEND posted" 18605 "$lo" "$lo" 127.0.0.1 --die -- --peer-dies
+    # Either way the client's QP waits the peer-wait time, then fails.
     CLIENT_VARS=(USIW_RDV_TIMEOUT_MIN_MS=3000)
+    pair "a peer that dies, a SEND posted" 18605 "$lo" "$lo" 127.0.0.1 --die -- \
+        --peer-dies --expect-ms 3000
     pair "a peer that dies, nothing posted" 18606 "$lo" "$lo" 127.0.0.1 --die -- \
         --peer-dies --quiet --expect-ms 3000
     CLIENT_VARS=()
@@ -291,8 +293,10 @@ if [ "$WHERE" = netns ] || [ "$WHERE" = all ]; then
             pair "netns IPv4, 2 QPs" 18611 "$b" "$a" 192.0.2.2 -g "$g4" -q 2 -s 200000 -- \
                 -g "$g4" -q 2 -s 200000
             pair "netns IPv6, 2 QPs" 18612 "$b" "$a" 192.0.2.2 -g "$g6" -q 2 -- -g "$g6" -q 2
+            CLIENT_VARS=(USIW_RDV_TIMEOUT_MIN_MS=3000)
             pair "netns: a peer that dies" 18613 "$b" "$a" 192.0.2.2 -g "$g4" --die -- \
-                -g "$g4" --peer-dies
+                -g "$g4" --peer-dies --expect-ms 3000
+            CLIENT_VARS=()
             # No host has 192.0.2.99: ARP fails, the connect too, again and
             # again until 4.096 us * 2^19 * 2 = 4295 ms.
             single "netns: unreachable dgid" "$WORK/a" "$NS_A" USIW_RDV_TIMEOUT_MIN_MS=100 -- \

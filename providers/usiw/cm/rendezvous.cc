@@ -48,7 +48,7 @@ enum class Stage : uint8_t {
     kWaiting,     // the responder: waits for its peer's connection
     kConnecting,  // the initiator: its ActiveLink is at work
     kConnected,   // the stream is attached (or its reply is going out)
-    kPeerGone,    // the peer closed its stream in order; ERR at the deadline
+    kPeerGone,    // the peer's end of the stream is gone; ERR at the deadline
     kDown,        // ERR
 };
 
@@ -111,11 +111,12 @@ EngineWork& engine_work() {
     return *w;
 }
 
-// A rendezvous stream's end, from the datapath: a peer that went away is
-// fatal to the QP, as a transport error is on InfiniBand. (A TERMINATE
-// raises its own event; a local end raises none.) A peer that closed in
-// order leaves the QP as it is for a while (StreamParams::
-// linger_after_peer_close): the engine arms its deadline.
+// A rendezvous stream's end, from the datapath. A peer that went away
+// (closed or reset its end) leaves the QP as it is for a while
+// (StreamParams::linger_after_peer_close): the engine arms its deadline,
+// and the QP fails then, as a transport error is fatal on InfiniBand once
+// the retries have run out. (A TERMINATE raises its own event; a local end
+// raises none.)
 class StreamEvents final : public StreamObserver {
   public:
     void stream_peer_closed(Qp* qp) override {
@@ -557,7 +558,7 @@ void fail(QpRecord* r, const char* why) {
     {
         std::lock_guard lock(r->qp->state_mutex);
         if (r->qp->state != IBV_QPS_ERR && r->qp->state != IBV_QPS_RESET) {
-            qp_enter_error(r->qp);
+            qp_stream_error(r->qp);  // work in flight flushes first, then what is queued
             moved = true;
         }
     }
@@ -664,8 +665,8 @@ void EngineWork::run_in_engine() {
     for (uint32_t qpn : peer_closed) {
         // As an InfiniBand QP whose peer vanished notices only when its
         // retries run out: ERR after the peer-wait time, unless the
-        // application resets or destroys it first (or posts work, which
-        // ends the stream at once).
+        // application resets or destroys it first. Its work waits until
+        // then, untransmitted, and flushes with the rest.
         QpRecord* r = find_record(qpn);
         if (!r || !r->qp || r->stage != Stage::kConnected)
             continue;

@@ -34,10 +34,11 @@ class StreamObserver {
     // Called once per attached stream, from a datapath thread, after the QP
     // has left RTS and flushed. Must not call back into the QP.
     virtual void stream_ended(Qp* qp, StreamEnd why, int error) = 0;
-    // A stream attached with `linger_after_peer_close`: the peer closed its
-    // end in order and left no work of ours undone. The QP is as it was;
-    // its stream takes no more input. From a datapath thread, with the
-    // stream's receive lock held: must take no lock but leaf locks.
+    // A stream attached with `linger_after_peer_close`: the peer's end is
+    // gone (it closed, or the socket failed). The QP and its work are as
+    // they were; its stream reads and transmits no more. From a datapath
+    // thread (or the application's, inside post_send), with the stream's
+    // receive or transmit lock held: must take no lock but leaf locks.
     virtual void stream_peer_closed(Qp*) {}
 
   protected:
@@ -63,10 +64,11 @@ struct StreamParams {
     // its application moved it to (RTR or RTS): the stream may come up
     // before the application asks for RTS.
     bool keep_qp_state = false;
-    // And when its peer closes in order (FIN), as when the peer's process
-    // is done, it stays so, as an InfiniBand QP does whose peer went away:
-    // its posted receives wait, and work posted later (or left undone)
-    // ends the stream, with flushes. The observer hears stream_peer_closed.
+    // And when its peer goes away (a FIN, as when the peer's process is
+    // done, or a reset), it stays so, as an InfiniBand QP does whose peer
+    // vanished until its retries run out: its receives wait, and so does
+    // its send work, in flight, queued or posted later, untransmitted. The
+    // observer hears stream_peer_closed and decides when the QP fails.
     bool linger_after_peer_close = false;
 };
 

@@ -55,10 +55,13 @@ bool stream_zerocopy_waiting(Stream* s);
 // with everything flushed, connection management told once. Safe to call
 // from any datapath thread and more than once.
 void stream_fail(Stream* s, StreamEnd why, int error);
-// The peer closed its end in order. With linger_after_peer_close and none
-// of our work outstanding, the stream only stops reading; else
-// stream_fail(kPeerClosed). Called with rx_mutex held.
-void stream_peer_closed(Stream* s);
+// The peer's end is gone: it closed in order (kPeerClosed) or the socket
+// failed (kPeerReset, `error`). For a FIN, EPIPE or ECONNRESET on a stream
+// with linger_after_peer_close, the stream
+// stops reading and transmitting and its observer hears stream_peer_closed
+// once, the QP and its work left as they are; else stream_fail(why, error).
+// Called with rx_mutex or tx_mutex held.
+void stream_peer_gone(Stream* s, StreamEnd why, int error);
 // Marks the stream ended, shuts its socket down (`how`) and flushes what is
 // in flight (stream_flush: with completions when `deliver`; a QP being
 // destroyed gets none). Returns false if it had already ended. Called with

@@ -1002,16 +1002,8 @@ class Receiver {
 void receive_locked(Stream* s) {
     if (s->dead.load() || s->ended.load())
         return;
-    if (s->peer_closed.load()) {
-        // Nothing more comes; only an error wakes us now (the engine
-        // watches for nothing else): a reset, when what we sent reached a
-        // peer that is gone.
-        int error = 0;
-        socklen_t len = sizeof error;
-        if (getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &error, &len) == 0 && error != 0)
-            stream_fail(s, StreamEnd::kPeerReset, error);
-        return;
-    }
+    if (s->peer_closed.load())
+        return;  // the peer is gone; the QP lingers (stream_peer_gone)
     Receiver receiver(s);
     if (!s->params.received.empty()) {
         // Bytes that arrived with the MPA frame belong to the FPDU stream.
@@ -1075,7 +1067,7 @@ void receive_locked(Stream* s) {
             }
         }
         if (n == 0) {
-            stream_peer_closed(s);
+            stream_peer_gone(s, StreamEnd::kPeerClosed, 0);
             break;
         }
         if (errno == EINTR)
@@ -1085,7 +1077,7 @@ void receive_locked(Stream* s) {
             break;
         }
         if (errno != EAGAIN && errno != EWOULDBLOCK)
-            stream_fail(s, StreamEnd::kPeerReset, errno);
+            stream_peer_gone(s, StreamEnd::kPeerReset, errno);
         break;
     }
     if (receiver.want_transmit && !s->ended.load())

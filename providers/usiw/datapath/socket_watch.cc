@@ -57,12 +57,12 @@ void socket_watch_remove(Stream* s) {
 }
 
 void socket_watch_settle(Stream* s) {
+    if (s->peer_closed.load())
+        return socket_watch_remove(s);  // nothing more is read or written
     if (s->want_writable.load())
         return;
     if (s->ended.load())
         socket_watch_remove(s);
-    else if (s->peer_closed.load() && s->in_epoll.load())
-        modify(s, 0);  // no events asked: EPOLLERR and EPOLLHUP come anyway
 }
 
 int socket_watch_ready(epoll_event* events, int max) {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The stream sockets the progress engine waits on: one epoll set per
 // process, and what each socket is watched for (input always; room to write
-// after a short write; errors only once its peer has closed). It sits below
+// after a short write; nothing once its peer is gone). It sits below
 // both of its users, so neither calls back into the other: the transmitter
 // (tx.cc) asks for room to write here, from the engine's thread or the
 // application's, and the engine (progress.cc) waits on the set and takes
@@ -25,9 +25,8 @@ void socket_watch_writable(Stream* stream, bool want);
 void socket_watch_remove(Stream* stream);
 // After a round of work on `stream`: an ended stream with nothing left to
 // write leaves the set, so that its hung-up socket does not keep waking the
-// engine; one whose peer closed while the QP lingers is watched for errors
-// only (a reset, the answer to data that reached a peer that is gone,
-// still ends it).
+// engine; so does one whose peer is gone while the QP lingers (its end is
+// connection management's deadline, not the socket's).
 void socket_watch_settle(Stream* stream);
 // Takes up to `max` ready events without waiting. The count, or 0.
 int socket_watch_ready(epoll_event* events, int max);

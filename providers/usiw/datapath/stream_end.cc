@@ -6,6 +6,7 @@
 // through the stream's observer.
 #include <sys/socket.h>
 
+#include <cerrno>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -66,23 +67,22 @@ void stream_fail(Stream* s, StreamEnd why, int error) {
     stream_notify_end(s, why, error);
 }
 
-void stream_peer_closed(Stream* s) {
-    if (!s->params.linger_after_peer_close)
-        return stream_fail(s, StreamEnd::kPeerClosed, 0);
-    // First the mark, so that work posted from now on ends the stream
-    // (transmit_posted); then whether any was left undone.
+void stream_peer_gone(Stream* s, StreamEnd why, int error) {
+    // Only the peer's own end: a FIN, or the reset its host answers to
+    // data once the socket is closed. Anything else (a TCP timeout, an
+    // unreachable host) is the transport giving up: retries ran out.
+    const bool peer_end = why == StreamEnd::kPeerClosed || error == ECONNRESET || error == EPIPE;
+    if (!s->params.linger_after_peer_close || !peer_end)
+        return stream_fail(s, why, error);
     if (s->peer_closed.exchange(true))
         return;
-    bool idle;
-    {
-        std::lock_guard tx(s->tx_mutex);
-        std::lock_guard sq(s->qp->sq_mutex);
-        std::lock_guard completions(s->completion_mutex);
-        idle = s->qp->sq.empty() && !s->message.active && s->inflight.empty() && s->orq.empty();
-    }
-    if (!idle)
-        return stream_fail(s, StreamEnd::kPeerClosed, 0);
-    log_debug("QP %u: the peer closed its stream; the QP stays as it is", s->qp->vqp.qp.qp_num);
+    // Nothing is flushed here: work in flight, queued or posted from now on
+    // stays as it is, untransmitted (transmit_locked, transmit_posted), and
+    // the socket leaves the engine's watch (socket_watch_settle).
+    log_debug(
+        "QP %u: the peer's end is gone (%s); the QP stays as it is until it is reset, "
+        "destroyed or timed out",
+        s->qp->vqp.qp.qp_num, error ? strerror(error) : "closed in order");
     if (s->observer)
         s->observer->stream_peer_closed(s->qp);
 }

@@ -646,7 +646,7 @@ bool write_batch(Stream* s) {
                 socket_watch_writable(s, true);
                 return false;
             }
-            stream_fail(s, StreamEnd::kPeerReset, errno);
+            stream_peer_gone(s, StreamEnd::kPeerReset, errno);
             return false;
         }
         if (b.zerocopy) {
@@ -756,7 +756,9 @@ bool zc_backlog_full(Stream* s) {
 
 // Transmits until there is nothing to send or the socket is full.
 void transmit_locked(Stream* s, bool direct) {
-    while (!s->dead.load() && !s->terminate_sent) {
+    // A lingering QP whose peer is gone transmits nothing more: its work
+    // waits for the QP's end (stream_peer_gone).
+    while (!s->dead.load() && !s->terminate_sent && !s->peer_closed.load()) {
         if (terminate_queued(s)) {
             // The batch in progress goes out whole, then the responses to
             // Read Requests accepted before the fault; the TERMINATE last.
@@ -831,10 +833,10 @@ void transmit_posted(Qp* qp) {
     Stream* s = qp->stream.load();
     if (!s || s->dead.load())
         return;
-    // Work for a peer that is gone: as on InfiniBand, where it would find no
-    // QP there, the QP goes to ERR.
+    // Work for a peer that is gone waits with the rest, as on InfiniBand,
+    // where it would be retried until the QP's retries run out.
     if (s->peer_closed.load())
-        return stream_fail(s, StreamEnd::kPeerClosed, 0);
+        return;
     stream_transmit(s, true);
 }
 
