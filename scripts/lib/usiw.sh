@@ -148,6 +148,13 @@ listening() {
     done
 }
 
+# cm_listening NETNS PS: the kernel's rdma_cm has an id listening in port
+# space PS (TCP, UDP), as `rdma resource show cm_id` lists it. For servers
+# with no socket to wait for (UD over rxe).
+cm_listening() {
+    in_ns "$1" rdma resource show cm_id 2>/dev/null | grep -q "state LISTEN .*ps $2 "
+}
+
 # wait_listen NETNS SECONDS PORT...: true once something listens on every
 # TCP PORT in NETNS; false if they do not within about SECONDS.
 wait_listen() {
@@ -172,8 +179,9 @@ split_at_dashes() {
 # server_client PORT NETNS SECONDS SERVER_OUT CLIENT_OUT SERVER... -- CLIENT...
 # Starts the command SERVER... in the background (stdout and stderr to
 # SERVER_OUT), waits up to SECONDS for it to listen on TCP PORT in NETNS
-# (here when empty; PORT "-" for a server with no TCP listener: then it
-# waits SECONDS), runs CLIENT... (stdout and stderr to CLIENT_OUT) and
+# (here when empty; PORT "cm:PS" for a server with no TCP listener: until
+# the kernel's rdma_cm has an id listening in port space PS), runs
+# CLIENT... (stdout and stderr to CLIENT_OUT) and
 # waits for the server. Sets server_rc and client_rc. When the server
 # never listened, it is ended, the client is not run (client_rc 255) and
 # this returns 1 (under set -e, call it as a condition).
@@ -185,9 +193,9 @@ server_client() {
     "${before[@]}" >"$sout" 2>&1 &
     local spid=$!
     client_rc=255
-    if [ "$port" = - ]; then
-        sleep "$seconds"
-    elif ! wait_listen "$netns" "$seconds" "$port"; then
+    local waiting=(wait_listen "$netns" "$seconds" "$port")
+    [[ $port == cm:* ]] && waiting=(poll_until "$seconds" cm_listening "$netns" "${port#cm:}")
+    if ! "${waiting[@]}"; then
         kill_tree "$spid"
         server_rc=0
         wait "$spid" 2>/dev/null || server_rc=$?

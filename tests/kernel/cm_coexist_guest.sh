@@ -194,9 +194,7 @@ stock() {
     else
         server=(debug_to "$debug" "${before[@]}")
     fi
-    # Port -: UD, no socket to wait for; 2 s instead.
     local seconds=20
-    [ "$port" = - ] && seconds=2
     if ! server_client "$port" "" $seconds "$sout" "$cout" "${server[@]}" -- "${client[@]}"; then
         bad "$name: the server never listened"
         show server "$sout"
@@ -230,7 +228,8 @@ stock_programs() {
         -- ucmatose -s "$KADDR" -p 7472 -c 4 -C 20
     # udaddy: UD (RDMA_PS_UDP), which only a kernel device serves (rxe).
     for side in client server; do
-        stock "udaddy $side" $side rxe0 - 'data transfers complete' 'data transfers complete' \
+        # No socket to wait for: the kernel's listening id instead.
+        stock "udaddy $side" $side rxe0 cm:UDP 'data transfers complete' 'data transfers complete' \
             -- udaddy -b "$RXEADDR" -C 10 \
             -- udaddy -s "$RXEADDR" -b "$RXEADDR" -C 10
     done
