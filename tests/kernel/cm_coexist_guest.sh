@@ -49,10 +49,35 @@ setup() {
     links_dir "$WORK/conf" "usiw0 netdev vb"
 }
 
+# bounded CMD...: CMD, ended after 60 s with status 124 (as by timeout).
+# Before it is ended, what each of its threads waits on is printed (to
+# stderr): their kernel stacks and wait channels, so that a hang names the
+# call it hangs in.
+bounded() {
+    "$@" &
+    local pid=$! waited=0 task
+    while kill -0 "$pid" 2>/dev/null && [ "$waited" -lt 600 ]; do
+        sleep 0.1
+        waited=$((waited + 1))
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+        echo "bounded: $1 still running after 60 s; its threads wait in:" >&2
+        for task in /proc/"$pid"/task/*; do
+            echo "  thread ${task##*/} ($(cat "$task/comm" 2>/dev/null)," \
+                "wchan $(cat "$task/wchan" 2>/dev/null)):" >&2
+            sed 's/^/    /' "$task/stack" >&2 2>/dev/null || true
+        done
+        kill_tree "$pid"
+        wait "$pid" 2>/dev/null
+        return 124
+    fi
+    wait "$pid"
+}
+
 # plain CMD...: over the kernel only (no preload).
-plain() { timeout 60 "$@"; }
+plain() { bounded "$@"; }
 # under_usiw CMD...: under `usiw run`, usiw0 on vb.
-under_usiw() { with_links "$WORK/conf" timeout 60 "$USIW" run "$@"; }
+under_usiw() { with_links "$WORK/conf" bounded "$USIW" run "$@"; }
 # debug_to FILE CMD...: CMD under `usiw run` with its debug log in FILE.
 debug_to() {
     local file=$1
@@ -205,7 +230,9 @@ stock() {
         check "$name: usiw's log" 0 "$debug" "$dev's: served by the kernel's rdma_cm"; then
         ok "$name on $dev under usiw run, usiw0 present"
     else
-        show usiw-debug "$debug"
+        show server "$sout"
+        show client "$cout"
+        show usiw-debug "$debug" 30
     fi
 }
 
