@@ -89,10 +89,10 @@ struct Registry {
     // Lock-free, as the datapath posts too: the engine work item is in the
     // inbox.
     std::atomic<bool> posted{false};
-    // Streams whose peer closed in order, by QP number (from the datapath,
+    // Streams whose peer's end is gone, by QP number (from the datapath,
     // under a leaf lock).
-    std::mutex peer_closed_mutex;
-    std::vector<uint32_t> peer_closed;
+    std::mutex peer_gone_mutex;
+    std::vector<uint32_t> peer_gone;
 };
 
 Registry& registry() {
@@ -113,26 +113,29 @@ EngineWork& engine_work() {
 
 // A rendezvous stream's end, from the datapath. A peer that went away
 // (closed or reset its end) leaves the QP as it is for a while
-// (StreamParams::linger_after_peer_close): the engine arms its deadline,
+// (StreamParams::linger_after_peer_gone): the engine arms its deadline,
 // and the QP fails then, as a transport error is fatal on InfiniBand once
 // the retries have run out. (A TERMINATE raises its own event; a local end
 // raises none.)
 class StreamEvents final : public StreamObserver {
   public:
-    void stream_peer_closed(Qp* qp) override {
+    void stream_lingers(Qp* qp) override {
         Registry& g = registry();
         {
-            std::lock_guard lock(g.peer_closed_mutex);
-            g.peer_closed.push_back(qp->vqp.qp.qp_num);
+            std::lock_guard lock(g.peer_gone_mutex);
+            g.peer_gone.push_back(qp->vqp.qp.qp_num);
         }
         wake_engine();
     }
 
+    // A peer's FIN or reset lingers (above), so a stream ends here on its
+    // own only when the transport gave up (a TCP timeout, an unreachable
+    // host) or a TERMINATE was exchanged.
     void stream_ended(Qp* qp, StreamEnd why, int error) override {
-        if (why != StreamEnd::kPeerClosed && why != StreamEnd::kPeerReset)
+        if (why != StreamEnd::kPeerReset)
             return;
-        log_debug("rendezvous: QP 0x%06x: the peer closed its stream (%s)", qp->vqp.qp.qp_num,
-                  error ? strerror(error) : "orderly");
+        log_debug("rendezvous: QP 0x%06x: its stream failed (%s)", qp->vqp.qp.qp_num,
+                  error ? strerror(error) : "no error given");
         post_qp_event(qp, IBV_EVENT_QP_FATAL);
     }
 };
@@ -329,7 +332,7 @@ void ActiveLink::mpa_received(const wire::MpaFrame& reply) {
         return fail(r, j.why);
     StreamParams params = initiator_stream(outcome, tcp_mss(fd()));
     params.keep_qp_state = true;
-    params.linger_after_peer_close = true;
+    params.linger_after_peer_gone = true;
     r->active = nullptr;
     owner_ = nullptr;
     UniqueFd stream = release_fd();
@@ -435,7 +438,7 @@ void PassiveLink::accept(QpRecord* r) {
 void PassiveLink::attach_responder() {
     StreamParams params = responder_stream(outcome_, terms_, tcp_mss(fd()));
     params.keep_qp_state = true;
-    params.linger_after_peer_close = true;
+    params.linger_after_peer_gone = true;
     QpRecord* r = owner_;
     owner_ = nullptr;
     r->replying = nullptr;
@@ -657,12 +660,12 @@ void EngineWork::run_in_engine() {
     Registry& g = registry();
     g.posted.store(false);
     agents_engine_work();
-    std::vector<uint32_t> peer_closed;
+    std::vector<uint32_t> peer_gone;
     {
-        std::lock_guard notices(g.peer_closed_mutex);
-        peer_closed.swap(g.peer_closed);
+        std::lock_guard notices(g.peer_gone_mutex);
+        peer_gone.swap(g.peer_gone);
     }
-    for (uint32_t qpn : peer_closed) {
+    for (uint32_t qpn : peer_gone) {
         // As an InfiniBand QP whose peer vanished notices only when its
         // retries run out: ERR after the peer-wait time, unless the
         // application resets or destroys it first. Its work waits until

@@ -34,12 +34,12 @@ class StreamObserver {
     // Called once per attached stream, from a datapath thread, after the QP
     // has left RTS and flushed. Must not call back into the QP.
     virtual void stream_ended(Qp* qp, StreamEnd why, int error) = 0;
-    // A stream attached with `linger_after_peer_close`: the peer's end is
+    // A stream attached with `linger_after_peer_gone`: the peer's end is
     // gone (it closed, or the socket failed). The QP and its work are as
     // they were; its stream reads and transmits no more. From a datapath
     // thread (or the application's, inside post_send), with the stream's
     // receive or transmit lock held: must take no lock but leaf locks.
-    virtual void stream_peer_closed(Qp*) {}
+    virtual void stream_lingers(Qp*) {}
 
   protected:
     ~StreamObserver() = default;
@@ -68,8 +68,8 @@ struct StreamParams {
     // done, or a reset), it stays so, as an InfiniBand QP does whose peer
     // vanished until its retries run out: its receives wait, and so does
     // its send work, in flight, queued or posted later, untransmitted. The
-    // observer hears stream_peer_closed and decides when the QP fails.
-    bool linger_after_peer_close = false;
+    // observer hears stream_lingers and decides when the QP fails.
+    bool linger_after_peer_gone = false;
 };
 
 // Binds a connected stream to `qp` (in INIT or RTR) and moves it to RTS;

@@ -57,8 +57,8 @@ bool stream_zerocopy_waiting(Stream* s);
 void stream_fail(Stream* s, StreamEnd why, int error);
 // The peer's end is gone: it closed in order (kPeerClosed) or the socket
 // failed (kPeerReset, `error`). For a FIN, EPIPE or ECONNRESET on a stream
-// with linger_after_peer_close, the stream stops reading and transmitting
-// and its observer hears stream_peer_closed once, the QP and its work left
+// with linger_after_peer_gone, the stream stops reading and transmitting
+// and its observer hears stream_lingers once, the QP and its work left
 // as they are; else stream_fail(why, error). Called with rx_mutex or
 // tx_mutex held.
 void stream_peer_gone(Stream* s, StreamEnd why, int error);

@@ -1002,7 +1002,7 @@ class Receiver {
 void receive_locked(Stream* s) {
     if (s->dead.load() || s->ended.load())
         return;
-    if (s->peer_closed.load())
+    if (s->peer_gone.load())
         return;  // the peer is gone; the QP lingers (stream_peer_gone)
     Receiver receiver(s);
     if (!s->params.received.empty()) {

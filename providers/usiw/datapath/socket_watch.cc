@@ -57,7 +57,7 @@ void socket_watch_remove(Stream* s) {
 }
 
 void socket_watch_settle(Stream* s) {
-    if (s->peer_closed.load())
+    if (s->peer_gone.load())
         return socket_watch_remove(s);  // nothing more is read or written
     if (s->want_writable.load())
         return;

@@ -191,8 +191,9 @@ struct Stream {
     StreamObserver* observer = nullptr;
     std::atomic<bool> dead{false};   // detached from its QP; the engine frees it
     std::atomic<bool> ended{false};  // stream_ended() was reported
-    // The peer closed in order and the QP lingers (linger_after_peer_close).
-    std::atomic<bool> peer_closed{false};
+    // The peer's end is gone (a FIN, EPIPE or ECONNRESET) and the QP
+    // lingers (linger_after_peer_gone): no more reading or transmitting.
+    std::atomic<bool> peer_gone{false};
     std::atomic<bool> want_writable{false};
     std::atomic<bool> in_epoll{false};
 

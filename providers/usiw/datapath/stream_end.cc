@@ -72,9 +72,9 @@ void stream_peer_gone(Stream* s, StreamEnd why, int error) {
     // data once the socket is closed. Anything else (a TCP timeout, an
     // unreachable host) is the transport giving up: retries ran out.
     const bool peer_end = why == StreamEnd::kPeerClosed || error == ECONNRESET || error == EPIPE;
-    if (!s->params.linger_after_peer_close || !peer_end)
+    if (!s->params.linger_after_peer_gone || !peer_end)
         return stream_fail(s, why, error);
-    if (s->peer_closed.exchange(true))
+    if (s->peer_gone.exchange(true))
         return;
     // Nothing is flushed here: work in flight, queued or posted from now on
     // stays as it is, untransmitted (transmit_locked, transmit_posted), and
@@ -84,7 +84,7 @@ void stream_peer_gone(Stream* s, StreamEnd why, int error) {
         "destroyed or timed out",
         s->qp->vqp.qp.qp_num, error ? strerror(error) : "closed in order");
     if (s->observer)
-        s->observer->stream_peer_closed(s->qp);
+        s->observer->stream_lingers(s->qp);
 }
 
 }  // namespace usiw

@@ -758,7 +758,7 @@ bool zc_backlog_full(Stream* s) {
 void transmit_locked(Stream* s, bool direct) {
     // A lingering QP whose peer is gone transmits nothing more: its work
     // waits for the QP's end (stream_peer_gone).
-    while (!s->dead.load() && !s->terminate_sent && !s->peer_closed.load()) {
+    while (!s->dead.load() && !s->terminate_sent && !s->peer_gone.load()) {
         if (terminate_queued(s)) {
             // The batch in progress goes out whole, then the responses to
             // Read Requests accepted before the fault; the TERMINATE last.
@@ -835,7 +835,7 @@ void transmit_posted(Qp* qp) {
         return;
     // Work for a peer that is gone waits with the rest, as on InfiniBand,
     // where it would be retried until the QP's retries run out.
-    if (s->peer_closed.load())
+    if (s->peer_gone.load())
         return;
     stream_transmit(s, true);
 }

@@ -8,8 +8,6 @@
 namespace usiw {
 
 int check_mapping(uintptr_t addr, size_t length, bool need_write) {
-    if (length == 0 || addr + length < addr)
-        return EFAULT;
     FILE* maps = std::fopen("/proc/self/maps", "re");
     if (!maps)
         return errno ? errno : ENOMEM;  // EMFILE at a low RLIMIT_NOFILE, not "no memory"
