@@ -36,6 +36,7 @@ exempt=(
     "debian/source/format:dpkg reads its one line, no comments"
     "debian/changelog:written by scripts/package.sh; no comments"
     "rdma-core-patches/*.patch:changes to rdma-core, under rdma-core's license; git am reads the header"
+    "scripts/qemu/siw-fixes/*.patch:changes to Linux's siw, under the kernel's license (GPL-2.0); patch reads them whole"
     "*.json:JSON has no comments"
 )
 

@@ -47,7 +47,7 @@ SKIP=77
 say() { echo "guest.sh: $*" >&2; }
 
 packages=(qemu-system-x86 linux-image-amd64 linux-headers-amd64 linux-source-6.1
-          busybox-static cpio xz-utils make gcc tshark)
+          busybox-static cpio xz-utils make gcc patch tshark)
 
 install_packages() {
     local missing
@@ -74,19 +74,29 @@ kernel_abi() {
 
 # siw.ko from linux-source-6.1, built as an external module against the
 # installed headers. Only the siw directory is extracted, into the build
-# tree; nothing of the kernel source enters the project.
+# tree; nothing of the kernel source enters the project. The fixes in
+# scripts/qemu/siw-fixes/ are applied (each says which kernel bug it fixes
+# and why the tests need it); a module built with other fixes is rebuilt.
 build_siw() {
-    local abi=$1 src=$qdir/siw-src
-    [ -f "$qdir/siw-$abi.ko" ] && return 0
+    local abi=$1 src=$qdir/siw-src fixes=$top/scripts/qemu/siw-fixes fix
+    local stamp
+    stamp=$(cat "$fixes"/*.patch | sha256sum | cut -d' ' -f1)
+    [ -f "$qdir/siw-$abi.ko" ] && [ "$(cat "$qdir/siw-$abi.fixes" 2>/dev/null)" = "$stamp" ] && return 0
+    rm -f "$qdir/siw-$abi.ko" "$qdir/siw-$abi.fixes"
     local tarball
     tarball=$(ls /usr/src/linux-source-6.1.tar.* 2>/dev/null | head -n 1)
     [ -n "$tarball" ] || { say "no /usr/src/linux-source-6.1.tar.*"; return 1; }
     rm -rf "$src" && mkdir -p "$src"
     say "building siw.ko for $abi from $(basename "$tarball")"
     tar -xf "$tarball" -C "$src" --strip-components=5 --wildcards '*/drivers/infiniband/sw/siw/*'
+    for fix in "$fixes"/*.patch; do
+        patch -s -p5 -d "$src" <"$fix" >"$qdir/siw-build.log" 2>&1 ||
+            { say "$(basename "$fix") does not apply to $(basename "$tarball"), see $qdir/siw-build.log"; return 1; }
+    done
     make -s -C "/lib/modules/$abi/build" M="$src" CONFIG_RDMA_SIW=m modules >"$qdir/siw-build.log" 2>&1 ||
         { say "siw.ko build failed, see $qdir/siw-build.log"; return 1; }
     cp "$src/siw.ko" "$qdir/siw-$abi.ko"
+    echo "$stamp" >"$qdir/siw-$abi.fixes"
 }
 
 # A busybox initramfs that mounts this machine's root over 9p and runs the

@@ -52,7 +52,8 @@ setup() {
 # bounded CMD...: CMD, ended after 60 s with status 124 (as by timeout).
 # Before it is ended, what each of its threads waits on is printed (to
 # stderr): their kernel stacks and wait channels, so that a hang names the
-# call it hangs in.
+# call it hangs in, and the TCP sockets with their queues, which show
+# whether the bytes of a lost message sit unread.
 bounded() {
     "$@" &
     local pid=$! waited=0 task
@@ -67,6 +68,8 @@ bounded() {
                 "wchan $(cat "$task/wchan" 2>/dev/null)):" >&2
             sed 's/^/    /' "$task/stack" >&2 2>/dev/null || true
         done
+        echo "  TCP sockets:" >&2
+        ss -tanoi 2>&1 | sed 's/^/    /' >&2
         kill_tree "$pid"
         wait "$pid" 2>/dev/null
         return 124
@@ -230,8 +233,8 @@ stock() {
         check "$name: usiw's log" 0 "$debug" "$dev's: served by the kernel's rdma_cm"; then
         ok "$name on $dev under usiw run, usiw0 present"
     else
-        show server "$sout"
-        show client "$cout"
+        show server "$sout" 60
+        show client "$cout" 60
         show usiw-debug "$debug" 30
     fi
 }
