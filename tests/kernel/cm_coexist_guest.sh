@@ -49,6 +49,9 @@ setup() {
     links_dir "$WORK/conf" "usiw0 netdev vb"
 }
 
+# gone PID: process PID has ended.
+gone() { ! kill -0 "$1" 2>/dev/null; }
+
 # bounded CMD...: CMD, ended after 60 s with status 124 (as by timeout).
 # Before it is ended, what each of its threads waits on is printed (to
 # stderr): their kernel stacks and wait channels, so that a hang names the
@@ -56,12 +59,8 @@ setup() {
 # whether the bytes of a lost message sit unread.
 bounded() {
     "$@" &
-    local pid=$! waited=0 task
-    while kill -0 "$pid" 2>/dev/null && [ "$waited" -lt 600 ]; do
-        sleep 0.1
-        waited=$((waited + 1))
-    done
-    if kill -0 "$pid" 2>/dev/null; then
+    local pid=$! task
+    if ! poll_until 60 gone "$pid"; then
         echo "bounded: $1 still running after 60 s; its threads wait in:" >&2
         for task in /proc/"$pid"/task/*; do
             echo "  thread ${task##*/} ($(cat "$task/comm" 2>/dev/null)," \
