@@ -40,7 +40,11 @@
 # usiw's transmit with and without MSG_ZEROCOPY at 4 KiB to 4 MiB
 # (scripts/qemu/zerocopy_guest.sh): how USIW_ZCOPY_MIN was chosen.
 #
-# Usage: scripts/bench.sh [--quick] [--runs N] [loopback|netns|all]
+# With --msgrate it measures only the 64-byte message rates: sockperf tp,
+# and ib_{write,send,read}_bw -R -s 64 and ib_write_bw -R -q 8 (a quick
+# check of the small-message path, before and after a change to it).
+#
+# Usage: scripts/bench.sh [--quick] [--msgrate] [--runs N] [loopback|netns|all]
 #        scripts/bench.sh --guest [--quick] [--runs N]     (N rounds in one boot)
 #        scripts/bench.sh --zerocopy [--quick] [--runs N]  (one boot per run)
 #   --quick   shorter runs, one of each (a smoke test of the script itself)
@@ -55,6 +59,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 . "$top/scripts/lib/usiw.sh"
 
 quick=0
+msgrate=0
 where=all
 guest=0
 runs=3
@@ -64,6 +69,7 @@ while [ $# -gt 0 ]; do
     shift
     case $arg in
         --quick) quick=1 ;;
+        --msgrate) msgrate=1 ;;
         --runs)
             runs=${1:-}
             runs_given=1
@@ -370,9 +376,30 @@ row() {
         "${default_ratio:--}"
 }
 
+# --msgrate: the 64-byte rows of measure() alone.
+measure_msgrate() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
+    local path=$1 sconf=$2 snet=$3 cconf=$4 cnet=$5 addr=$6 mmsgs label r write64=""
+    mmsgs=$(median_of 1 sockperf_mmsgs "$snet" "$cnet" "$addr")
+    row "$path" sockperf-tp 64 Mmsg/s "$mmsgs" "$mmsgs"
+    cm_args=(-R)
+    for label in ib_write_bw ib_send_bw ib_read_bw; do
+        r=$(median_of 4 bw_row "$logs/$path-$label-64" "$sconf" "$snet" "$cconf" "$cnet" \
+            "$addr" "$label" 64)
+        row "$path" "$label" 64 Mmsg/s "$(awk '{print $5}' <<<"$r")" "$mmsgs"
+        if [ "$label" = ib_write_bw ]; then write64=$(awk '{print $5}' <<<"$r"); fi
+    done
+    r=$(median_of 4 bw_row "$logs/$path-ib_write_bw-q8-64" "$sconf" "$snet" "$cconf" "$cnet" \
+        "$addr" ib_write_bw 64 -q 8)
+    row "$path" ib_write_bw-q8 64 Mmsg/s "$(awk '{print $5}' <<<"$r")" "$write64"
+}
+
 measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
     local path=$1 sconf=$2 snet=$3 cconf=$4 cnet=$5 addr=$6
     local tcp_gbps tcp_cpu lat8 p999 lat4k mmsgs r lines
+    if [ $msgrate -eq 1 ]; then
+        measure_msgrate "$@"
+        return
+    fi
     r=$(median_of 1 iperf_run "$logs/$path-iperf3" "$snet" "$cnet" "$addr")
     read -r tcp_gbps tcp_cpu <<<"$r"
     # sockperf's smallest message is 14 bytes: the reference for 8-byte RDMA.
@@ -499,6 +526,6 @@ if [ "$where" != loopback ]; then
         echo "veth: skipped (needs root and iproute2)"
     fi
 fi
-/usr/bin/python3 "$top/scripts/bench_plot.py" "$csv" "$out/results.png"
+[ $msgrate -eq 1 ] || /usr/bin/python3 "$top/scripts/bench_plot.py" "$csv" "$out/results.png"
 echo
-echo "results: $csv, $out/results.png"
+if [ $msgrate -eq 1 ]; then echo "results: $csv"; else echo "results: $csv, $out/results.png"; fi
