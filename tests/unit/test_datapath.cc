@@ -101,6 +101,7 @@ void unpin_threads() {
 
 int teardown(void** state) {
     unpin_threads();
+    unsetenv("USIW_TX_BATCH_US");  // a failed batching test leaves it set
     return release_all_teardown(state);
 }
 
@@ -415,6 +416,127 @@ void test_send_unsignaled(void**) {
         expect_wcs(q.br, 5, "sq_sig_all receiver");
         release_all();
     }
+}
+
+// --- unsignaled work waits for company (USIW_TX_BATCH_US) ---
+
+uint64_t sendmsgs() {
+    return device_counter(test_device(), &usiw::DeviceStats::tx_sendmsgs);
+}
+uint64_t batched() {
+    return device_counter(test_device(), &usiw::DeviceStats::posts_batched);
+}
+
+// A pair whose streams read USIW_TX_BATCH_US = `us` (it is read when a
+// stream is attached; the teardown unsets it).
+Pair batching_pair(const char* us) {
+    setenv("USIW_TX_BATCH_US", us, 1);
+    Pair p = new_pair({false, 0});
+    unsetenv("USIW_TX_BATCH_US");
+    return p;
+}
+
+// Posts WRITEs of 64 bytes from src to dst, numbered first..first+n-1,
+// each from and to its own offset.
+void post_writes(const Pair& p, const Buf& src, const Buf& dst, size_t first, size_t n,
+                 unsigned flags) {
+    for (size_t i = first; i < first + n; ++i)
+        post(p.a, rdma_wr(IBV_WR_RDMA_WRITE, i, {src.sge(i * 64, 64)}, dst.addr(i * 64), dst.rkey(),
+                          flags));
+}
+
+// Waits, without a verbs call, until dst holds src's WRITEs 0..n-1 and
+// kGuard after them.
+void expect_writes_land(const Buf& src, const Buf& dst, size_t n, const char* what) {
+    const auto deadline = Clock::now() + std::chrono::milliseconds(kTimeoutMs);
+    while (std::memcmp(dst.p, src.p, n * 64) != 0 && Clock::now() < deadline)
+        usleep(100);
+    std::vector<uint8_t> image(dst.n, kGuard);
+    std::memcpy(image.data(), src.p, n * 64);
+    expect_bytes(dst.p, image.data(), dst.n, what);
+}
+
+// A run of unsignaled WRITEs leaves in one sendmsg with the signaled one
+// that follows; with the wait off each leaves in its own. The timer is set
+// long enough (1 s) that it cannot release part of the run while this
+// thread is descheduled between posts.
+void test_unsignaled_posts_share_a_sendmsg(void**) {
+    where("USIW_TX_BATCH_US=1000000: 16 unsignaled WRITEs, then a signaled one");
+    Pair p = batching_pair("1000000");
+    Buf src = new_buf(p.ha, 64 * 64);
+    pattern(src.p, src.n, 77);
+    Buf dst = new_buf(p.hb, 64 * 64);
+    uint64_t calls = sendmsgs();
+    uint64_t waited = batched();
+    post_writes(p, src, dst, 0, 16, 0);
+    EXPECT(sendmsgs() == calls, "%" PRIu64 " sendmsg calls for 16 unsignaled WRITEs (expected 0)",
+           sendmsgs() - calls);
+    post_writes(p, src, dst, 16, 1, IBV_SEND_SIGNALED);
+    expect_wc(expect_one(p.as, "the signaled WRITE"), 16, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE,
+              "the signaled WRITE");
+    EXPECT(sendmsgs() - calls == 1, "17 WRITEs took %" PRIu64 " sendmsg calls (expected 1)",
+           sendmsgs() - calls);
+    EXPECT(batched() - waited == 16, "posts_batched counted %" PRIu64 " (expected 16)",
+           batched() - waited);
+    expect_writes_land(src, dst, 17, "17 WRITEs, 16 of them batched");
+    expect_cq_empty(p.as, kQuietMs, "an unsignaled WRITE completed");
+
+    where("USIW_TX_BATCH_US=1000000: req_notify_cq releases the run");
+    calls = sendmsgs();
+    post_writes(p, src, dst, 17, 3, 0);
+    EXPECT(sendmsgs() == calls, "3 unsignaled WRITEs went out at once");
+    EXPECT(ibv_req_notify_cq(p.ar, 0) == 0, "ibv_req_notify_cq");
+    EXPECT(sendmsgs() - calls == 1,
+           "after ibv_req_notify_cq, 3 waiting WRITEs took %" PRIu64 " sendmsg calls (expected 1)",
+           sendmsgs() - calls);
+    expect_writes_land(src, dst, 20, "WRITEs released by ibv_req_notify_cq");
+
+    where("USIW_TX_BATCH_US=1000000: a run leaves by itself at 64 requests");
+    calls = sendmsgs();
+    waited = batched();
+    Buf big_dst = new_buf(p.hb, 64 * 64);
+    post_writes(p, src, big_dst, 0, 63, 0);
+    EXPECT(sendmsgs() == calls, "63 unsignaled WRITEs went out before the 64th");
+    post_writes(p, src, big_dst, 63, 1, 0);
+    EXPECT(sendmsgs() - calls == 1, "64 unsignaled WRITEs took %" PRIu64 " sendmsg calls",
+           sendmsgs() - calls);
+    EXPECT(batched() - waited == 63, "posts_batched counted %" PRIu64 " (expected 63)",
+           batched() - waited);
+    expect_writes_land(src, big_dst, 64, "a run of 64 WRITEs");
+    release_all();
+
+    where("USIW_TX_BATCH_US=0: every unsignaled WRITE in its own sendmsg");
+    Pair q = batching_pair("0");
+    Buf qsrc = new_buf(q.ha, 64 * 64);
+    pattern(qsrc.p, qsrc.n, 78);
+    Buf qdst = new_buf(q.hb, 64 * 64);
+    calls = sendmsgs();
+    waited = batched();
+    post_writes(q, qsrc, qdst, 0, 5, 0);
+    EXPECT(sendmsgs() - calls == 5, "5 WRITEs took %" PRIu64 " sendmsg calls (expected 5)",
+           sendmsgs() - calls);
+    EXPECT(batched() == waited, "posts_batched moved with the wait off");
+    expect_writes_land(qsrc, qdst, 5, "WRITEs not batched");
+    release_all();
+}
+
+// Unsignaled work that nobody follows with a verbs call still leaves: the
+// engine releases it when its wait (1 ms here) runs out. Each of the three
+// waited, whether they left together or not.
+void test_batched_posts_go_out_unpolled(void**) {
+    where("USIW_TX_BATCH_US=1000: 3 unsignaled WRITEs, then no verbs call");
+    Pair p = batching_pair("1000");
+    Buf src = new_buf(p.ha, 64 * 64);
+    pattern(src.p, src.n, 79);
+    Buf dst = new_buf(p.hb, 64 * 64);
+    const uint64_t calls = sendmsgs();
+    const uint64_t waited = batched();
+    post_writes(p, src, dst, 0, 3, 0);
+    expect_writes_land(src, dst, 3, "WRITEs that only the engine's timer releases");
+    EXPECT(sendmsgs() > calls, "the WRITEs landed without a sendmsg");
+    EXPECT(batched() - waited == 3, "posts_batched counted %" PRIu64 " (expected 3)",
+           batched() - waited);
+    release_all();
 }
 
 // IBV_SEND_SOLICITED changes nothing in what arrives or how it completes,
@@ -3178,6 +3300,8 @@ int main(int argc, char** argv) {
         T(test_send_many_queued),
         T(test_send_inline),
         T(test_send_unsignaled),
+        T(test_unsignaled_posts_share_a_sendmsg),
+        T(test_batched_posts_go_out_unpolled),
         T(test_send_solicited),
         T(test_send_with_invalidate),
         T(test_write_sizes),

@@ -59,6 +59,7 @@ void test_registry_lists_every_setting(void**) {
         "USIW_ZCOPY_MIN",
         "USIW_ENGINE_SCHED",
         "USIW_ENGINE_LATE_US",
+        "USIW_TX_BATCH_US",
         "USIW_PEER_TIMEOUT_MS",
         "USIW_DEBUG",
         "VERBS_LOG_LEVEL",
@@ -153,6 +154,23 @@ void test_engine_late(void**) {
         assert_int_equal(settings::engine_late_ns(), settings::kEngineLateDefaultNs);
     }
     unsetenv("USIW_ENGINE_LATE_US");
+}
+
+// USIW_TX_BATCH_US: microseconds up to a second, 0 for off; unset,
+// malformed or too large means the default.
+void test_tx_batch(void**) {
+    unsetenv("USIW_TX_BATCH_US");
+    assert_int_equal(settings::tx_batch_ns(), 20'000);
+    assert_int_equal(settings::tx_batch_ns(), settings::kTxBatchDefaultNs);
+    setenv("USIW_TX_BATCH_US", "0", 1);
+    assert_int_equal(settings::tx_batch_ns(), 0);
+    setenv("USIW_TX_BATCH_US", "1000000", 1);
+    assert_int_equal(settings::tx_batch_ns(), 1'000'000'000);
+    for (const char* bad : {"-5", "20us", "", "1000001", "99999999999999999999"}) {
+        setenv("USIW_TX_BATCH_US", bad, 1);
+        assert_int_equal(settings::tx_batch_ns(), settings::kTxBatchDefaultNs);
+    }
+    unsetenv("USIW_TX_BATCH_US");
 }
 
 // USIW_PEER_TIMEOUT_MS: milliseconds, 0 for off; unset or malformed means
@@ -266,6 +284,7 @@ int main(void) {
         cmocka_unit_test(test_zero_copy_min),
         cmocka_unit_test(test_engine_sched),
         cmocka_unit_test(test_engine_late),
+        cmocka_unit_test(test_tx_batch),
         cmocka_unit_test(test_peer_timeout),
         cmocka_unit_test(test_log_level),
         cmocka_unit_test(test_wrong_value_reported),

@@ -70,6 +70,12 @@ int qp_attach_stream(Qp* qp, StreamParams&& params, StreamObserver* observer) {
     s->tx_held.store(s->params.hold_tx_until_first_rx);
     s->rtr_pending = s->params.initiator && s->params.send_rtr != wire::kRtrNone;
     s->acked_completion = settings::mpa_policy(qp->context->device->name).acked_completion;
+    // A run of unsignaled requests leaves by itself before it could fill
+    // the send queue (an application that posts until the queue is full
+    // before it polls must not wait out the timer).
+    s->tx_batch_ns = settings::tx_batch_ns();
+    s->tx_batch_limit =
+        static_cast<uint32_t>(std::min<size_t>(TxBatch::kMaxFpdus, qp->sq.capacity() / 2));
     const int one = 1;
     setsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     set_peer_timeout(s->fd, settings::peer_timeout_ms());

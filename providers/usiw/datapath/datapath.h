@@ -16,9 +16,11 @@
 namespace usiw {
 
 // Transmit (tx.cc).
-// post_send queued work on `qp`: it goes out now, in the calling thread,
-// unless another thread is transmitting on the QP (direct sending).
-void transmit_posted(Qp* qp);
+// post_send queued `posted` work requests on `qp`: they go out now, in the
+// calling thread, unless another thread is transmitting on the QP (direct
+// sending), or, when all are `unsignaled`, they may wait a little to leave
+// with the requests that follow (USIW_TX_BATCH_US).
+void transmit_posted(Qp* qp, uint32_t posted, bool unsignaled);
 // Transmits until there is nothing to send or the socket is full; `direct`
 // when called from the thread that posted the work (counter sends_direct),
 // not from the engine (sends_async).

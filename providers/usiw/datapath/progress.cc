@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <thread>
@@ -54,6 +55,11 @@ class Engine {
     }
 
     void retire(Stream* s) {
+        {
+            std::lock_guard lock(held_mutex_);
+            std::erase_if(held_, [s](const HeldTransmit& h) { return h.stream == s; });
+            held_count_.store(held_.size(), std::memory_order_relaxed);
+        }
         socket_watch_remove(s);
         {
             std::lock_guard lock(retired_mutex_);
@@ -65,6 +71,23 @@ class Engine {
         // wait until that batch is done. Batches are used only under
         // progress_mutex_, and no caller of retire holds it.
         std::lock_guard batch_done(progress_mutex_);
+    }
+
+    void hold_transmit(Stream* s, uint64_t deadline_ns) {
+        {
+            std::lock_guard lock(held_mutex_);
+            if (s->tx_waiting_listed)
+                return;  // listed already, with an earlier deadline
+            s->tx_waiting_listed = true;
+            held_.push_back({s, deadline_ns});
+            held_count_.store(held_.size(), std::memory_order_relaxed);
+            // The engine's thread would look too late: it wakes now to
+            // plan for this deadline (once; a later hold sees the new plan).
+            if (deadline_ns >= wakes_at_ns_)
+                return;
+            wakes_at_ns_ = deadline_ns;
+        }
+        wake();
     }
 
     // poll_cq found its CQ empty: the calling thread does one round of the
@@ -82,8 +105,12 @@ class Engine {
         std::unique_lock lock(progress_mutex_, std::try_to_lock);
         if (!lock && lock_wait.taken(now, last_return_ns))
             lock.lock();
-        if (lock)
+        if (lock) {
             lock_wait.acquired();
+            // A thread that polls waits for something: whatever waits for
+            // company goes now.
+            release_held(true, true);
+        }
         const bool found = lock && progress(&DeviceStats::progress_in_poll) > 0;
         last_return_ns = found ? monotonic_ns() : now;
         return found;
@@ -91,14 +118,72 @@ class Engine {
 
     void app_sleeping() {
         app_polled_ns_.store(0);
-        if (stepped_aside_.load()) {
-            const uint64_t one = 1;
-            [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof one);
+        // A thread about to sleep must not leave work waiting for company.
+        if (held_count_.load(std::memory_order_relaxed) > 0) {
+            std::lock_guard lock(progress_mutex_);
+            release_held(true, true);
         }
+        if (stepped_aside_.load())
+            wake();
     }
 
   private:
     bool app_polling() const { return monotonic_ns() - app_polled_ns_.load() < kAppPollingNs; }
+
+    void wake() {
+        const uint64_t one = 1;
+        [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof one);
+    }
+
+    // How long the engine's thread may wait for its sockets: until the
+    // earliest deadline of a held transmitter, or a second. It says when it
+    // will look (wakes_at_ns_), so that a hold with an earlier deadline
+    // wakes it.
+    timespec plan_wait() {
+        std::lock_guard lock(held_mutex_);
+        const uint64_t now = monotonic_ns();
+        uint64_t until = now + kIdleWaitNs;
+        for (const HeldTransmit& h : held_)
+            until = std::min(until, h.deadline_ns);
+        wakes_at_ns_ = until;
+        const uint64_t ns = until > now ? until - now : 0;
+        return {static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+    }
+
+    // The engine's thread is awake (or stepped aside, leaving the held
+    // transmitters to the polling application): a hold need not wake it.
+    void awake() {
+        std::lock_guard lock(held_mutex_);
+        wakes_at_ns_ = 0;
+    }
+
+    // Starts the held transmitters whose deadline has passed, or all of
+    // them; `in_app`: from an application's thread (counted as direct
+    // sending). Called with progress_mutex_ held, which keeps the streams
+    // alive (retire waits for it).
+    void release_held(bool all, bool in_app) {
+        if (held_count_.load(std::memory_order_relaxed) == 0)
+            return;
+        {
+            std::lock_guard lock(held_mutex_);
+            const uint64_t now = all ? UINT64_MAX : monotonic_ns();
+            auto kept = held_.begin();
+            for (HeldTransmit& h : held_) {
+                if (h.deadline_ns <= now) {
+                    h.stream->tx_waiting_listed = false;
+                    due_.push_back(h.stream);
+                } else {
+                    *kept++ = h;
+                }
+            }
+            held_.erase(kept, held_.end());
+            held_count_.store(held_.size(), std::memory_order_relaxed);
+        }
+        for (Stream* s : due_)
+            if (!s->dead.load())
+                stream_transmit(s, in_app);
+        due_.clear();
+    }
 
     // The engine thread. While an application thread busy-polls a CQ, it
     // does the engine's work from poll_cq (poll_from_app), and this thread
@@ -125,6 +210,10 @@ class Engine {
                 drain_wake();
                 stepped_aside_.store(false);
                 std::lock_guard lock(progress_mutex_);
+                // Held transmitters are the polling application's to start
+                // (poll_from_app); one that stopped polling without a
+                // verbs call leaves them to this check.
+                release_held(false, false);
                 free_retired();  // the application frees only after a batch
                 continue;
             }
@@ -137,10 +226,17 @@ class Engine {
             // Wait without taking events, so that a batch is taken (and its
             // streams used) only under progress_mutex_.
             pollfd fds[2] = {{socket_watch_fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-            if (::poll(fds, 2, 1000) < 0)
+            const timespec wait = plan_wait();
+            const int polled = ::ppoll(fds, 2, &wait, nullptr);
+            awake();
+            if (polled < 0)
                 continue;
             if (fds[1].revents)
                 drain_wake();
+            if (held_count_.load(std::memory_order_relaxed) > 0) {
+                std::lock_guard lock(progress_mutex_);
+                release_held(false, false);
+            }
             if (app_polling())
                 continue;  // it has started polling meanwhile: leave it the work
             int ready;
@@ -198,7 +294,15 @@ class Engine {
         }
     }
 
-    int wake_fd_;      // app_sleeping() wakes a stepped-aside engine thread
+    // A stream whose unsignaled work waits for company (transmit_posted),
+    // and when it must go at the latest.
+    struct HeldTransmit {
+        Stream* stream;
+        uint64_t deadline_ns;
+    };
+    static constexpr uint64_t kIdleWaitNs = 1'000'000'000;
+
+    int wake_fd_;      // app_sleeping() and hold_transmit() wake the engine thread
     int start_errno_;  // why the engine's thread could not start, or 0
     std::atomic<uint64_t> app_polled_ns_{0};
     std::atomic<uint64_t> last_app_poll_ns_{0};  // any poll_from_app, busy or not
@@ -206,6 +310,11 @@ class Engine {
     std::mutex progress_mutex_;  // one thread at a time takes and uses a batch
     std::mutex retired_mutex_;   // protects retired_
     std::vector<Stream*> retired_;
+    std::mutex held_mutex_;  // protects held_, wakes_at_ns_ and Stream::tx_waiting_listed
+    std::vector<HeldTransmit> held_;
+    std::atomic<size_t> held_count_{0};  // held_.size(), read without the lock
+    uint64_t wakes_at_ns_ = 0;           // when the engine's thread looks next; 0: it is awake
+    std::vector<Stream*> due_;           // release_held's, under progress_mutex_
 };
 
 Engine& engine() {
@@ -220,6 +329,9 @@ int engine_add(Stream* stream) {
 }
 void engine_retire(Stream* stream) {
     engine().retire(stream);
+}
+void engine_hold_transmit(Stream* stream, uint64_t deadline_ns) {
+    engine().hold_transmit(stream, deadline_ns);
 }
 
 void cq_progress(Cq* cq) {

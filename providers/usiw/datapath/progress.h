@@ -12,6 +12,8 @@
 // for it could still be seen.
 #pragma once
 
+#include <cstdint>
+
 #include "verbs/objects.h"
 
 namespace usiw {
@@ -20,6 +22,10 @@ namespace usiw {
 int engine_add(Stream* stream);
 // Stops watching and frees the stream once no event can refer to it.
 void engine_retire(Stream* stream);
+// The stream's transmitter has unsignaled work waiting for company
+// (transmit_posted): it is started at `deadline_ns` (monotonic_ns) at the
+// latest, or sooner by any poll_cq or req_notify_cq of the process.
+void engine_hold_transmit(Stream* stream, uint64_t deadline_ns);
 
 // For the verbs layer. cq_progress: poll_cq found its CQ empty; the
 // calling thread collects the CQ's QPs' zero-copy notifications and does

@@ -200,6 +200,14 @@ struct Stream {
     // Transmit side.
     std::mutex tx_mutex;
     std::atomic<bool> tx_pending{false};
+    // Unsignaled work requests posted since the transmitter last started,
+    // left to wait for company so that a run of them shares one sendmsg
+    // (transmit_posted): at most `tx_batch_limit` of them, for at most
+    // `tx_batch_ns` (USIW_TX_BATCH_US; 0: none wait).
+    std::atomic<uint32_t> tx_waiting{0};
+    uint64_t tx_batch_ns = 0;
+    uint32_t tx_batch_limit = 0;
+    bool tx_waiting_listed = false;  // in the engine's list of waiting runs (under its lock)
     std::unique_ptr<TxBatch> batch = std::make_unique<TxBatch>();
     TxMessage message;
     uint32_t send_msn = 1;             // next MSN on queue 0 (Send)

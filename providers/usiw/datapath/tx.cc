@@ -28,6 +28,8 @@
 #include "datapath/attach.h"
 #include "datapath/completion.h"
 #include "datapath/datapath.h"
+#include "datapath/engine_scheduling.h"
+#include "datapath/progress.h"
 #include "datapath/socket_watch.h"
 #include "datapath/stream.h"
 #include "verbs/log.h"
@@ -649,6 +651,7 @@ bool write_batch(Stream* s) {
             stream_peer_gone(s, StreamEnd::kPeerReset, errno);
             return false;
         }
+        count(s->context->device->stats->tx_sendmsgs);
         if (b.zerocopy) {
             std::lock_guard lock(s->zc_mutex);
             b.zc_used = true;
@@ -822,12 +825,13 @@ void stream_transmit(Stream* s, bool direct) {
             return;  // the transmitting thread will see tx_pending
         s->tx_owner.store(std::this_thread::get_id());
         s->tx_pending.store(false);
+        s->tx_waiting.store(0);  // what waited for company goes out now
         transmit_locked(s, direct);
         s->tx_owner.store(std::thread::id{});
     }
 }
 
-void transmit_posted(Qp* qp) {
+void transmit_posted(Qp* qp, uint32_t posted, bool unsignaled) {
     // The application owns the QP for the duration of post_send, so the
     // stream cannot be destroyed under us.
     Stream* s = qp->stream.load();
@@ -837,6 +841,21 @@ void transmit_posted(Qp* qp) {
     // where it would be retried until the QP's retries run out.
     if (s->peer_gone.load())
         return;
+    // Unsignaled work has no completion for anyone to wait on, so it may
+    // wait a little for the next request: a run of small ones then costs
+    // one sendmsg (and on a local path the receiver's TCP processing) where
+    // each would cost its own. The run leaves with the next signaled post,
+    // at any poll_cq or req_notify_cq, when it reaches tx_batch_limit, or
+    // when the engine's deadline for it passes.
+    if (unsignaled && s->tx_batch_ns > 0) {
+        const uint32_t waiting = s->tx_waiting.fetch_add(posted) + posted;
+        if (waiting < s->tx_batch_limit) {
+            count(s->context->device->stats->posts_batched, posted);
+            if (waiting == posted)  // the first of a run
+                engine_hold_transmit(s, monotonic_ns() + s->tx_batch_ns);
+            return;
+        }
+    }
     stream_transmit(s, true);
 }
 

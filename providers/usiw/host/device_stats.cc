@@ -24,7 +24,11 @@ constexpr StatField kFields[] = {
     {"sends_direct", &DeviceStats::sends_direct,
      "work requests transmitted in the posting thread (technique 2)"},
     {"sends_async", &DeviceStats::sends_async,
-     "work requests transmitted by the progress engine after the socket filled"},
+     "work requests transmitted by the progress engine: after the socket filled, or when "
+     "their USIW_TX_BATCH_US wait ran out"},
+    {"tx_sendmsgs", &DeviceStats::tx_sendmsgs, "sendmsg calls that wrote FPDUs"},
+    {"posts_batched", &DeviceStats::posts_batched,
+     "unsignaled work requests that waited (USIW_TX_BATCH_US) to share one sendmsg"},
     {"zcopy_bytes", &DeviceStats::zcopy_bytes, "payload bytes sent with kernel zero copy"},
     {"deferred_completions", &DeviceStats::deferred_completions,
      "completions held until the kernel released a zero-copy buffer (technique 3)"},

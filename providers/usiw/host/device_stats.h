@@ -17,7 +17,7 @@ namespace usiw {
 
 struct DeviceStats {
     static constexpr uint64_t kMagic = 0x7461747377697375;  // "usiwstat"
-    static constexpr uint32_t kVersion = 5;
+    static constexpr uint32_t kVersion = 6;
     uint64_t magic = kMagic;
     uint32_t version = kVersion;
     uint32_t size = sizeof(DeviceStats);
@@ -29,6 +29,8 @@ struct DeviceStats {
     std::atomic<uint64_t> rx_direct_bytes{0};
     std::atomic<uint64_t> sends_direct{0};
     std::atomic<uint64_t> sends_async{0};
+    std::atomic<uint64_t> tx_sendmsgs{0};
+    std::atomic<uint64_t> posts_batched{0};
     std::atomic<uint64_t> zcopy_bytes{0};
     std::atomic<uint64_t> deferred_completions{0};
     std::atomic<uint64_t> mapped_read_stags{0};

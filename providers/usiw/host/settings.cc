@@ -40,6 +40,11 @@ constexpr Setting kAll[] = {
      "was late; one late round while no CPU is free, or 4 in a row, switch it to the default "
      "policy (0: every round counts as late, and only 4 in a row switch, whatever the load)",
      Scope::kProvider},
+    {"USIW_TX_BATCH_US", "microseconds, 0 to 1000000 (0: off)", "20",
+     "how long unsignaled work requests may wait to leave together in one sendmsg: a run of "
+     "them goes out at the next signaled post, poll_cq or req_notify_cq, once 64 (or half the "
+     "send queue) wait, or after this long; signaled work always leaves at once",
+     Scope::kProvider},
     {"USIW_PEER_TIMEOUT_MS", "milliseconds, 0 to 999999999 (0: off)", "60000",
      "how long a connection's peer may stay silent while we wait for it (data unacknowledged, "
      "or TCP keepalive probes unanswered) before the connection is dropped, its QP goes to ERR "
@@ -127,6 +132,7 @@ constexpr const Setting& kZeroCopy = entry("USIW_ZCOPY");
 constexpr const Setting& kZeroCopyMin = entry("USIW_ZCOPY_MIN");
 constexpr const Setting& kEngineSched = entry("USIW_ENGINE_SCHED");
 constexpr const Setting& kEngineLate = entry("USIW_ENGINE_LATE_US");
+constexpr const Setting& kTxBatch = entry("USIW_TX_BATCH_US");
 constexpr const Setting& kPeerTimeout = entry("USIW_PEER_TIMEOUT_MS");
 constexpr const Setting& kDebug = entry("USIW_DEBUG");
 constexpr const Setting& kVerbsLogLevel = entry("VERBS_LOG_LEVEL");
@@ -382,6 +388,20 @@ uint64_t engine_late_ns() {
     if (errno != 0 || *end != '\0' || v->front() == '-' || us > UINT64_MAX / 1000) {
         reject(kEngineLate, *v);
         return kEngineLateDefaultNs;
+    }
+    return us * 1000;
+}
+
+uint64_t tx_batch_ns() {
+    const auto v = value_of(kTxBatch);
+    if (!v)
+        return kTxBatchDefaultNs;
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long us = std::strtoull(v->data(), &end, 10);  // v ends in the NUL
+    if (errno != 0 || *end != '\0' || v->front() == '-' || us > kTxBatchMaxUs) {
+        reject(kTxBatch, *v);
+        return kTxBatchDefaultNs;
     }
     return us * 1000;
 }

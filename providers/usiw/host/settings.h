@@ -67,6 +67,12 @@ EngineSched engine_sched();
 inline constexpr uint64_t kEngineLateDefaultNs = 250'000;
 uint64_t engine_late_ns();
 
+// USIW_TX_BATCH_US, in nanoseconds: how long a run of unsignaled work
+// requests may wait to share one sendmsg (datapath/tx.cc); 0: never.
+inline constexpr uint64_t kTxBatchDefaultNs = 20'000;
+inline constexpr uint64_t kTxBatchMaxUs = 1'000'000;
+uint64_t tx_batch_ns();
+
 // USIW_PEER_TIMEOUT_MS: how long a connected peer may stay silent while we
 // wait for it (TCP_USER_TIMEOUT and keepalive, datapath/attach.cc); 0: off.
 inline constexpr int kPeerTimeoutDefaultMs = 60000;

@@ -697,7 +697,8 @@ int post_send_common(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr, bool t
         return EPERM;
     }
     int err = 0;
-    bool transmit = false;
+    uint32_t transmit = 0;   // work requests queued for transmission
+    bool unsignaled = true;  // all of them without IBV_SEND_SIGNALED
     bool lock_free;
     {
         const PostingState posting(qp, {IBV_QPS_RTS});
@@ -720,7 +721,8 @@ int post_send_common(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr, bool t
                 flush_send(qp, qp->sq.front());
                 qp->sq.pop();
             } else {
-                transmit = true;
+                ++transmit;
+                unsignaled = unsignaled && !qp->sq_sig_all && !(wr->send_flags & IBV_SEND_SIGNALED);
             }
         }
         if (err)
@@ -729,7 +731,7 @@ int post_send_common(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr, bool t
     flush_after_error(qp, lock_free, true);
     // Outside the QP's locks: transmission takes them in its own order.
     if (transmit)
-        transmit_posted(qp);
+        transmit_posted(qp, transmit, unsignaled);
     return err;
 }
 
@@ -744,6 +746,7 @@ int post_send_bind(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
 }
 
 int post_built_sends(Qp* qp, size_t tail, size_t n) {
+    bool unsignaled = !qp->sq_sig_all;
     bool lock_free;
     {
         const PostingState posting(qp, {IBV_QPS_RTS});
@@ -756,6 +759,8 @@ int post_built_sends(Qp* qp, size_t tail, size_t n) {
         // forbid, moves the tail.
         if (qp->sq.tail() != tail || qp->sq.capacity() - qp->sq.size() < n)
             return EINVAL;
+        for (size_t i = 0; i < n; ++i)
+            unsignaled = unsignaled && !(qp->sq.at(tail + i).send_flags & IBV_SEND_SIGNALED);
         qp->sq.commit_push(n);
         if (state == IBV_QPS_ERR) {
             for (; !qp->sq.empty(); qp->sq.pop())
@@ -765,7 +770,7 @@ int post_built_sends(Qp* qp, size_t tail, size_t n) {
     }
     flush_after_error(qp, lock_free, true);
     if (n > 0)
-        transmit_posted(qp);
+        transmit_posted(qp, static_cast<uint32_t>(n), unsignaled);
     return 0;
 }
 
