@@ -445,15 +445,20 @@ void post_writes(const Pair& p, const Buf& src, const Buf& dst, size_t first, si
                           flags));
 }
 
-// Waits, without a verbs call, until dst holds src's WRITEs 0..n-1 and
-// kGuard after them.
-void expect_writes_land(const Buf& src, const Buf& dst, size_t n, const char* what) {
+// Waits, without a verbs call, until dst holds `want` (its first n * 64
+// bytes) and kGuard after it.
+void expect_bytes_land(const uint8_t* want, const Buf& dst, size_t n, const char* what) {
     const auto deadline = Clock::now() + std::chrono::milliseconds(kTimeoutMs);
-    while (std::memcmp(dst.p, src.p, n * 64) != 0 && Clock::now() < deadline)
+    while (std::memcmp(dst.p, want, n * 64) != 0 && Clock::now() < deadline)
         usleep(100);
     std::vector<uint8_t> image(dst.n, kGuard);
-    std::memcpy(image.data(), src.p, n * 64);
+    std::memcpy(image.data(), want, n * 64);
     expect_bytes(dst.p, image.data(), dst.n, what);
+}
+
+// ... src's WRITEs 0..n-1.
+void expect_writes_land(const Buf& src, const Buf& dst, size_t n, const char* what) {
+    expect_bytes_land(src.p, dst, n, what);
 }
 
 // A run of unsignaled WRITEs leaves in one sendmsg with the signaled one
@@ -503,6 +508,26 @@ void test_unsignaled_posts_share_a_sendmsg(void**) {
     EXPECT(batched() - waited == 63, "posts_batched counted %" PRIu64 " (expected 63)",
            batched() - waited);
     expect_writes_land(src, big_dst, 64, "a run of 64 WRITEs");
+
+    // Each inline WRITE's source is overwritten as soon as it is posted:
+    // what lands must be what it held then.
+    where("USIW_TX_BATCH_US=1000000: 10 inline WRITEs share the sendmsg of an 11th");
+    Buf inline_dst = new_buf(p.hb, 64 * 64);
+    std::vector<uint8_t> posted(11 * 64);
+    pattern(posted.data(), posted.size(), 80);
+    calls = sendmsgs();
+    for (size_t i = 0; i < 11; ++i) {
+        std::memcpy(src.p + i * 64, posted.data() + i * 64, 64);
+        post(p.a,
+             rdma_wr(IBV_WR_RDMA_WRITE, 100 + i, {src.sge(i * 64, 64)}, inline_dst.addr(i * 64),
+                     inline_dst.rkey(), IBV_SEND_INLINE | (i == 10 ? IBV_SEND_SIGNALED : 0)));
+        std::memset(src.p + i * 64, 0xEE, 64);
+    }
+    expect_wc(expect_one(p.as, "the signaled inline WRITE"), 110, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE,
+              "the signaled inline WRITE");
+    EXPECT(sendmsgs() - calls == 1, "11 inline WRITEs took %" PRIu64 " sendmsg calls (expected 1)",
+           sendmsgs() - calls);
+    expect_bytes_land(posted.data(), inline_dst, 11, "inline WRITEs, 10 of them batched");
     release_all();
 
     where("USIW_TX_BATCH_US=0: every unsignaled WRITE in its own sendmsg");

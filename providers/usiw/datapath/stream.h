@@ -126,7 +126,6 @@ struct TxBatch {
     size_t offset = 0;                // bytes written of iov[iov_sent]
     size_t bytes = 0;                 // total bytes in the batch
     size_t payload_bytes = 0;         // of which application payload
-    bool has_inline = false;          // payload copied into usiw's memory (never zero copy)
     std::vector<uint64_t> completes;  // inflight seqs whose last FPDU is in this batch
     // Zero copy: the batch went out with MSG_ZEROCOPY in the sendmsg calls
     // numbered first..last (the kernel's per-socket counter); the memory
@@ -141,12 +140,19 @@ struct TxBatch {
     static constexpr size_t kBounceBytes = 320 * 1024;  // a batch's bytes and one more FPDU
     std::unique_ptr<std::byte[]> bounce;
     size_t bounce_used = 0;
+    // Inline messages' payload, copied in as their segments are framed
+    // (tx.cc add_message_segment): no FPDU carries more than kMaxInlineData
+    // of it. Allocated on first use.
+    static constexpr size_t kInlineBytes = kMaxFpdus * kMaxInlineData;
+    std::unique_ptr<std::byte[]> inline_bytes;
+    size_t inline_used = 0;
 
     bool empty() const { return iov_count == 0; }
     bool sent() const { return iov_sent == iov_count; }
     void clear() {
         fpdus = iov_count = iov_sent = offset = bytes = payload_bytes = bounce_used = 0;
-        has_inline = zerocopy = zc_used = false;
+        inline_used = 0;
+        zerocopy = zc_used = false;
         zc_last = 0;
         completes.clear();
     }
@@ -171,10 +177,12 @@ struct TxMessage {
     std::array<iovec, kMaxSendSge> source{};  // resolved payload (or the inline copy)
     uint32_t source_count = 0;
     wire::PayloadCursor cursor{};
-    // An inline message's payload. The batch's iovecs point here, so a batch
-    // that carries some of it is written before another message starts.
+    // An inline message's payload, taken from the send queue's slot (which
+    // a new post may reuse at once); its segments copy what they carry
+    // into their batch.
     bool is_inline = false;
     std::array<std::byte, kMaxInlineData> inline_copy{};
+    size_t inline_taken = 0;  // bytes of it framed
     // A work request that is two RDMAP messages (RFC 7306 Immediate Data
     // after a Write, or before a Send): the second, which takes the rest of
     // the payload (`next_size` bytes), and completes the work request.

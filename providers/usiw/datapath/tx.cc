@@ -480,16 +480,29 @@ Start start_next_wqe(Stream* s, bool direct) {
     return Start::kStarted;
 }
 
-// Frames the current message's next segment.
+// Frames the current message's next segment. An inline message's payload
+// is copied once more, into the batch: the message's own copy is reused by
+// the next inline message, which may join the same batch.
 bool add_message_segment(Stream* s) {
     TxMessage& m = s->message;
     size_t size = 0;
     const wire::SegmentHeader h = m.segments.peek(&size);
-    if (!add_fpdu(s, h, m.cursor, size))
+    if (m.is_inline) {
+        TxBatch& b = *s->batch;
+        if (!b.inline_bytes)
+            b.inline_bytes = std::make_unique<std::byte[]>(TxBatch::kInlineBytes);
+        iovec copy{b.inline_bytes.get() + b.inline_used, size};
+        if (size > 0)
+            std::memcpy(copy.iov_base, m.inline_copy.data() + m.inline_taken, size);
+        wire::PayloadCursor from_batch{{&copy, 1}};
+        if (!add_fpdu(s, h, from_batch, size))
+            return false;
+        b.inline_used += size;
+        m.inline_taken += size;
+    } else if (!add_fpdu(s, h, m.cursor, size)) {
         return false;
+    }
     m.segments.take(size);
-    if (m.is_inline)
-        s->batch->has_inline = true;
     if (h.last && m.has_next) {
         m.has_next = false;
         m.segments =
@@ -539,11 +552,6 @@ void add_completion_fence(Stream* s) {
     s->fence_covered = s->fence_wanted;
     s->fence_for_signaled = false;
     count(s->context->device->stats->completion_fences);
-}
-
-bool sq_empty(Stream* s) {
-    std::lock_guard lock(s->qp->sq_mutex);
-    return s->qp->sq.empty();
 }
 
 // The zero-length RTR message of peer-to-peer mode (RFC 6581).
@@ -608,14 +616,10 @@ void fill_batch(Stream* s, bool direct) {
                 return;
             continue;
         }
-        // Starting the next message would overwrite the inline payload
-        // (s->message.inline_copy) this batch still has to write.
-        if (s->batch->has_inline || start_next_wqe(s, direct) != Start::kStarted) {
-            // The doorbell's work is out (or blocked on fence or ORD, or
-            // waiting for the next batch after an inline message, then
-            // only if no more is queued): the completion fence goes now.
-            if (!s->batch->has_inline || sq_empty(s))
-                add_completion_fence(s);
+        if (start_next_wqe(s, direct) != Start::kStarted) {
+            // The doorbell's work is out (or blocked on fence or ORD): the
+            // completion fence goes now.
+            add_completion_fence(s);
             // Read responses may still go.
             if (!add_read_response(s))
                 return;
@@ -719,7 +723,7 @@ void finish_batch(Stream* s) {
 // Decides whether the batch just filled goes out with zero copy.
 void choose_zerocopy(Stream* s) {
     TxBatch& b = *s->batch;
-    b.zerocopy = s->zc_enabled.load() && !b.has_inline && b.payload_bytes >= s->zc_min_bytes;
+    b.zerocopy = s->zc_enabled.load() && b.payload_bytes >= s->zc_min_bytes;
 }
 
 bool send_terminate(Stream* s) {
