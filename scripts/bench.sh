@@ -30,7 +30,8 @@
 # With --guest it instead boots Debian's 6.1 kernel in qemu
 # (scripts/qemu/guest.sh) and measures usiw, kernel siw and kernel rxe side
 # by side on the same path in one boot (scripts/qemu/bench_guest.sh):
-# perftest -R bandwidth at 64 KiB and 1 MiB and 8-byte latency, after a
+# perftest -R bandwidth at 64 KiB and 1 MiB, 8-byte latency and the
+# 64-byte message rate of WRITE and SEND (with --msgrate that alone), after a
 # warm-up pass, the kinds taking turns --runs times; with the ratios
 # usiw/siw and usiw/rxe of the medians. Emulation slows all three; only the
 # ratios mean anything.
@@ -45,7 +46,7 @@
 # check of the small-message path, before and after a change to it).
 #
 # Usage: scripts/bench.sh [--quick] [--msgrate] [--runs N] [loopback|netns|all]
-#        scripts/bench.sh --guest [--quick] [--runs N]     (N rounds in one boot)
+#        scripts/bench.sh --guest [--quick] [--msgrate] [--runs N]  (N rounds in one boot)
 #        scripts/bench.sh --zerocopy [--quick] [--runs N]  (one boot per run)
 #   --quick   shorter runs, one of each (a smoke test of the script itself)
 #   --runs N  runs of each measurement, usiw's and raw TCP's alike; the
@@ -60,6 +61,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 
 quick=0
 msgrate=0
+guest_args=()  # what --guest passes on to bench_guest.sh after its rounds
 where=all
 guest=0
 runs=3
@@ -111,7 +113,7 @@ guest_runs() {
     for i in $(seq "$boots"); do
         local share=$top/build/bench/$name/run$i rc=0
         env "$@" "$top/scripts/qemu/guest.sh" run --share "$share" "$script" "$top/build" \
-            "$scale" "$runs" >"$share.log" 2>&1 || rc=$?
+            "$scale" "$runs" "${guest_args[@]}" >"$share.log" 2>&1 || rc=$?
         if [ $rc -ne 0 ] || [ ! -s "$share/$csv" ]; then
             echo "bench.sh: the $name benchmark failed (exit $rc); its output:" >&2
             tail -n 30 "$share.log" >&2
@@ -134,6 +136,7 @@ fi
 
 # --guest: usiw against kernel siw and rxe, side by side in one boot.
 if [ $guest -eq 1 ]; then
+    [ $msgrate -eq 1 ] && guest_args=("usiw siw rxe" msgrate)
     guest_runs guest "$top/scripts/qemu/bench_guest.sh" guest-bench.csv 1
     echo "each figure is the median of $runs run(s) in one boot, the kinds taking turns"
     /usr/bin/python3 "$top/scripts/bench_summary.py" guest "$top/build/bench/guest.csv" \

@@ -16,7 +16,8 @@
 #
 # For each device kind, stock perftest -R, server on vb and client on va:
 # ib_{write,send,read}_bw at 64 KiB and 1 MiB, ib_{write,send,read}_lat at
-# 8 B. Emulation slows everything, so only ratios within this boot mean
+# 8 B, and the 64-byte message rate of ib_write_bw and ib_send_bw (metric
+# Mmsg/s, perftest's MsgRate column). Emulation slows everything, so only ratios within this boot mean
 # anything. Writes CSV lines "kind,test,size,metric,value" to
 # $USIW_GUEST_SHARE/guest-bench.csv (one per run) and prints them.
 #
@@ -30,10 +31,11 @@
 #    round starting with the next kind, so that a slow spell of the machine
 #    falls on all of them alike.
 #
-# Usage (in the guest): bench_guest.sh BUILD_DIR [SCALE [ROUNDS [KINDS]]]
+# Usage (in the guest): bench_guest.sh BUILD_DIR [SCALE [ROUNDS [KINDS [PARTS]]]]
 #   SCALE multiplies the iteration counts (default 1; --quick passes less);
 #   ROUNDS is the number of runs of each test per kind (default 3);
-#   KINDS (default "usiw siw rxe") picks the device kinds.
+#   KINDS (default "usiw siw rxe") picks the device kinds;
+#   PARTS: all (default), or msgrate for the 64-byte message rates alone.
 # Each run's output is kept in $USIW_GUEST_SHARE/logs/.
 # (Iteration counts, not perftest's -D: its duration mode reported an
 # average of 0 MB/s now and then here.)
@@ -43,6 +45,7 @@ BUILD=${1:?usage: bench_guest.sh BUILD_DIR [SCALE [ROUNDS [KINDS]]]}
 SCALE=${2:-1}
 ROUNDS=${3:-3}
 KINDS=${4:-usiw siw rxe}
+PARTS=${5:-all}
 USIW=$BUILD/bin/usiw
 CSV=${USIW_GUEST_SHARE:?run this in the guest (scripts/qemu/guest.sh)}/guest-bench.csv
 LOGS=$USIW_GUEST_SHARE/logs
@@ -132,7 +135,16 @@ turns() {
     done
 }
 
+# msg_iterations: the 64-byte iterations of a message-rate run (x SCALE).
+msg_iterations() {
+    awk -v s="$SCALE" 'BEGIN { n = int(s * 100000); print n < 1000 ? 1000 : n }'
+}
+
 for kind in $KINDS; do
+    for test in ib_write_bw ib_send_bw; do
+        perftest "$kind" "$test" -s 64 -n 1000 >/dev/null
+    done
+    [ "$PARTS" = msgrate ] && continue
     for test in ib_write_bw ib_send_bw ib_read_bw; do
         perftest "$kind" "$test" -s 65536 -n "$(bw_iterations 65536 16)" >/dev/null
     done
@@ -141,6 +153,17 @@ for kind in $KINDS; do
     done
 done
 echo "bench_guest: warm-up done; $ROUNDS round(s) of each test"
+
+for test in ib_write_bw ib_send_bw; do
+    for round in $(seq "$ROUNDS"); do
+        for kind in $(turns "$round"); do
+            r=$(perftest "$kind" "$test" -s 64 -n "$(msg_iterations)")
+            # bytes iterations peak average(MiB/s) msgrate(Mpps)
+            record "$kind" "$test" 64 Mmsg/s "$(awk '{if ($5 != "") printf "%.4f", $5}' <<<"$r")"
+        done
+    done
+done
+[ "$PARTS" = msgrate ] && exit 0
 
 for test in ib_write_bw ib_send_bw ib_read_bw; do
     for size in 65536 1048576; do

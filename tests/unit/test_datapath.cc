@@ -429,9 +429,9 @@ uint64_t batched() {
 
 // A pair whose streams read USIW_TX_BATCH_US = `us` (it is read when a
 // stream is attached; the teardown unsets it).
-Pair batching_pair(const char* us) {
+Pair batching_pair(const char* us, const Framing& f = {false, 0}, int cqe = 1024) {
     setenv("USIW_TX_BATCH_US", us, 1);
-    Pair p = new_pair({false, 0});
+    Pair p = new_pair(f, QpOpts(), QpOpts(), cqe);
     unsetenv("USIW_TX_BATCH_US");
     return p;
 }
@@ -1171,6 +1171,17 @@ enum class Watch { kSleeping, kSpinning };
 // WRITEs all of `src` (pattern `seed`) from A to B with nothing polled on
 // either side (unsignaled), watches B's memory until every byte has landed,
 // as a latency benchmark watching its buffer does, and checks them.
+// The pair is a watch_pair(): each WRITE's source is rewritten for the
+// next one as soon as its bytes have landed, with no completion between,
+// which is safe (and so clean under ThreadSanitizer) only when this thread
+// sent it.
+// A pair for write_and_watch: unsignaled work leaves at once, in the
+// posting thread (USIW_TX_BATCH_US=0). What these tests watch is the
+// receiving side's progress.
+Pair watch_pair(const Framing& f) {
+    return batching_pair("0", f, 64);
+}
+
 void write_and_watch(Pair& p, const Buf& src, const Buf& dst, uint32_t seed, const char* what,
                      Watch watch = Watch::kSleeping) {
     where("progress: %s", what);
@@ -1197,7 +1208,7 @@ void write_and_watch(Pair& p, const Buf& src, const Buf& dst, uint32_t seed, con
 // memory still gets its data.
 void test_busy_poll_takes_over_progress(void**) {
     const Framing c{false, 65536};
-    Pair p = new_pair(c, QpOpts(), QpOpts(), 64);
+    Pair p = watch_pair(c);
     Buf src = new_buf(p.ha, 4 * kMiB);
     Buf dst = new_buf(p.hb, 4 * kMiB);
     ibv_cq* spin_cq = new_cq(p.hb, 4);
@@ -1245,7 +1256,7 @@ void test_busy_poll_takes_over_progress(void**) {
 // whole FPDUs.)
 void test_large_write_placed_in_place(void**) {
     const Framing c{false, 65536};
-    Pair p = new_pair(c, QpOpts(), QpOpts(), 64);
+    Pair p = watch_pair(c);
     Buf src = new_buf(p.ha, 4 * kMiB);
     Buf dst = new_buf(p.hb, 4 * kMiB);
     const uint64_t direct_before =
@@ -2848,7 +2859,7 @@ void test_engine_thread_scheduling(void**) {
     EXPECT(late && std::strcmp(late, "0") == 0,
            "run with USIW_ENGINE_LATE_US=0 (test_engine_thread_scheduling in ctest)");
     const Framing c{false, 65536};
-    Pair p = new_pair(c, QpOpts(), QpOpts(), 64);
+    Pair p = watch_pair(c);
     Buf src = new_buf(p.ha, 64);
     Buf dst = new_buf(p.hb, 64);
     // The thread sets its policy when it starts, and no traffic has been
