@@ -461,16 +461,27 @@ void expect_writes_land(const Buf& src, const Buf& dst, size_t n, const char* wh
     expect_bytes_land(src.p, dst, n, what);
 }
 
+// A batching_pair with 64 WRITEs' worth of source (pattern `seed`) at A
+// and of destination at B.
+struct WriteRig {
+    Pair p;
+    Buf src, dst;
+};
+WriteRig write_rig(const char* us, uint32_t seed) {
+    WriteRig r{batching_pair(us), {}, {}};
+    r.src = new_buf(r.p.ha, 64 * 64);
+    pattern(r.src.p, r.src.n, seed);
+    r.dst = new_buf(r.p.hb, 64 * 64);
+    return r;
+}
+
 // A run of unsignaled WRITEs leaves in one sendmsg with the signaled one
 // that follows; with the wait off each leaves in its own. The timer is set
 // long enough (1 s) that it cannot release part of the run while this
 // thread is descheduled between posts.
 void test_unsignaled_posts_share_a_sendmsg(void**) {
     where("USIW_TX_BATCH_US=1000000: 16 unsignaled WRITEs, then a signaled one");
-    Pair p = batching_pair("1000000");
-    Buf src = new_buf(p.ha, 64 * 64);
-    pattern(src.p, src.n, 77);
-    Buf dst = new_buf(p.hb, 64 * 64);
+    auto [p, src, dst] = write_rig("1000000", 77);
     uint64_t calls = sendmsgs();
     uint64_t waited = batched();
     post_writes(p, src, dst, 0, 16, 0);
@@ -531,10 +542,7 @@ void test_unsignaled_posts_share_a_sendmsg(void**) {
     release_all();
 
     where("USIW_TX_BATCH_US=0: every unsignaled WRITE in its own sendmsg");
-    Pair q = batching_pair("0");
-    Buf qsrc = new_buf(q.ha, 64 * 64);
-    pattern(qsrc.p, qsrc.n, 78);
-    Buf qdst = new_buf(q.hb, 64 * 64);
+    auto [q, qsrc, qdst] = write_rig("0", 78);
     calls = sendmsgs();
     waited = batched();
     post_writes(q, qsrc, qdst, 0, 5, 0);
@@ -550,10 +558,7 @@ void test_unsignaled_posts_share_a_sendmsg(void**) {
 // waited, whether they left together or not.
 void test_batched_posts_go_out_unpolled(void**) {
     where("USIW_TX_BATCH_US=1000: 3 unsignaled WRITEs, then no verbs call");
-    Pair p = batching_pair("1000");
-    Buf src = new_buf(p.ha, 64 * 64);
-    pattern(src.p, src.n, 79);
-    Buf dst = new_buf(p.hb, 64 * 64);
+    const auto [p, src, dst] = write_rig("1000", 79);
     const uint64_t calls = sendmsgs();
     const uint64_t waited = batched();
     post_writes(p, src, dst, 0, 3, 0);

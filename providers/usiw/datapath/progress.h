@@ -28,12 +28,14 @@ void engine_retire(Stream* stream);
 void engine_hold_transmit(Stream* stream, uint64_t deadline_ns);
 
 // For the verbs layer. cq_progress: poll_cq found its CQ empty; the
-// calling thread collects the CQ's QPs' zero-copy notifications and does
-// one round of the engine's work, for every stream, without waiting, so a
-// polling application need not wait for the engine's thread to wake (while
-// an application busy-polls, the engine's own thread leaves the work to
-// it). cq_stop_polling: the application armed the CQ, to sleep until a
-// completion; the engine's thread takes over the work at once.
+// calling thread collects the CQ's QPs' zero-copy notifications, starts
+// every held transmitter (engine_hold_transmit), and does one round of the
+// engine's work, for every stream, without waiting, so a polling
+// application need not wait for the engine's thread to wake (while an
+// application busy-polls, the engine's own thread leaves the work to it).
+// cq_stop_polling: the application armed the CQ, to sleep until a
+// completion; held transmitters start, and the engine's thread takes over
+// the work at once.
 void cq_progress(Cq* cq);
 void cq_stop_polling(Cq* cq);
 

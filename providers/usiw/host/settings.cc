@@ -378,32 +378,28 @@ EngineSched engine_sched() {
     return word_value(kEngineSched, kWords, EngineSched::kAuto);
 }
 
-uint64_t engine_late_ns() {
-    const auto v = value_of(kEngineLate);
+// A setting in microseconds, 0 to `max_us`, in nanoseconds: `fallback`
+// when unset, and (with a report) when malformed or too large.
+uint64_t nanoseconds_of_us(const Setting& setting, uint64_t max_us, uint64_t fallback) {
+    const auto v = value_of(setting);
     if (!v)
-        return kEngineLateDefaultNs;
+        return fallback;
     char* end = nullptr;
     errno = 0;
     const unsigned long long us = std::strtoull(v->data(), &end, 10);  // v ends in the NUL
-    if (errno != 0 || *end != '\0' || v->front() == '-' || us > UINT64_MAX / 1000) {
-        reject(kEngineLate, *v);
-        return kEngineLateDefaultNs;
+    if (errno != 0 || *end != '\0' || v->front() == '-' || us > max_us) {
+        reject(setting, *v);
+        return fallback;
     }
     return us * 1000;
 }
 
+uint64_t engine_late_ns() {
+    return nanoseconds_of_us(kEngineLate, UINT64_MAX / 1000, kEngineLateDefaultNs);
+}
+
 uint64_t tx_batch_ns() {
-    const auto v = value_of(kTxBatch);
-    if (!v)
-        return kTxBatchDefaultNs;
-    char* end = nullptr;
-    errno = 0;
-    const unsigned long long us = std::strtoull(v->data(), &end, 10);  // v ends in the NUL
-    if (errno != 0 || *end != '\0' || v->front() == '-' || us > kTxBatchMaxUs) {
-        reject(kTxBatch, *v);
-        return kTxBatchDefaultNs;
-    }
-    return us * 1000;
+    return nanoseconds_of_us(kTxBatch, kTxBatchMaxUs, kTxBatchDefaultNs);
 }
 
 LogLevel log_level() {
