@@ -136,7 +136,7 @@ fi
 
 # --guest: usiw against kernel siw and rxe, side by side in one boot.
 if [ $guest -eq 1 ]; then
-    [ $msgrate -eq 1 ] && guest_args=("usiw siw rxe" msgrate)
+    [ $msgrate -eq 1 ] && guest_args=(usiw,siw,rxe msgrate)
     guest_runs guest "$top/scripts/qemu/bench_guest.sh" guest-bench.csv 1
     echo "each figure is the median of $runs run(s) in one boot, the kinds taking turns"
     /usr/bin/python3 "$top/scripts/bench_summary.py" guest "$top/build/bench/guest.csv" \

@@ -34,7 +34,8 @@
 # Usage (in the guest): bench_guest.sh BUILD_DIR [SCALE [ROUNDS [KINDS [PARTS]]]]
 #   SCALE multiplies the iteration counts (default 1; --quick passes less);
 #   ROUNDS is the number of runs of each test per kind (default 3);
-#   KINDS (default "usiw siw rxe") picks the device kinds;
+#   KINDS (default "usiw siw rxe", or with commas: usiw,siw,rxe) picks the
+#   device kinds;
 #   PARTS: all (default), or msgrate for the 64-byte message rates alone.
 # Each run's output is kept in $USIW_GUEST_SHARE/logs/.
 # (Iteration counts, not perftest's -D: its duration mode reported an
@@ -45,6 +46,7 @@ BUILD=${1:?usage: bench_guest.sh BUILD_DIR [SCALE [ROUNDS [KINDS]]]}
 SCALE=${2:-1}
 ROUNDS=${3:-3}
 KINDS=${4:-usiw siw rxe}
+KINDS=${KINDS//,/ }
 PARTS=${5:-all}
 USIW=$BUILD/bin/usiw
 CSV=${USIW_GUEST_SHARE:?run this in the guest (scripts/qemu/guest.sh)}/guest-bench.csv
@@ -95,9 +97,11 @@ perftest() {
     local kind=$1 test=$2
     shift 2
     # siw and usiw listen on TCP; rxe (RoCE) has no TCP listener to wait
-    # for, so it gets a fixed pause.
+    # for, only the kernel's listening rdma_cm id.
     local port=18600 seconds=30
-    [ "$kind" = rxe ] && port=- seconds=3
+    [ "$kind" = rxe ] && port=cm:TCP
+    # A run that never starts its client must not report the last one's.
+    : >"$WORK/client"
     server_client $port "" $seconds "$WORK/server" "$WORK/client" \
         run b "$kind" "$test" -R -F -d "$(device b "$kind")" -p 18600 "$@" \
         -- run a "$kind" "$test" -R -F -d "$(device a "$kind")" -p 18600 "$@" 192.0.2.2 ||
