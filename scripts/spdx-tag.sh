@@ -38,6 +38,7 @@ exempt=(
     "rdma-core-patches/*.patch:changes to rdma-core, under rdma-core's license; git am reads the header"
     "scripts/qemu/siw-fixes/*.patch:changes to Linux's siw, under the kernel's license (GPL-2.0); patch reads them whole"
     "*.json:JSON has no comments"
+    "Documentation/*.png:plots drawn by scripts/bench_plot.py; under the project's license (LICENSE)"
 )
 
 # comment_style PATH: how PATH's comments look: slashes (// ...), block
