@@ -446,10 +446,13 @@ void post_writes(const Pair& p, const Buf& src, const Buf& dst, size_t first, si
 }
 
 // Waits, without a verbs call, until dst holds `want` (its first n * 64
-// bytes) and kGuard after it.
+// bytes) and kGuard after it. (std::mismatch, not memcmp, which can answer
+// "equal" while the bytes land: see holds() below.)
 void expect_bytes_land(const uint8_t* want, const Buf& dst, size_t n, const char* what) {
     const auto deadline = Clock::now() + std::chrono::milliseconds(kTimeoutMs);
-    while (std::memcmp(dst.p, want, n * 64) != 0 && Clock::now() < deadline)
+    const uint8_t* got = dst.p;
+    const uint8_t* end = got + n * 64;
+    while (std::mismatch(got, end, want).first != end && Clock::now() < deadline)
         usleep(100);
     std::vector<uint8_t> image(dst.n, kGuard);
     std::memcpy(image.data(), want, n * 64);
