@@ -44,8 +44,10 @@
 # With --msgrate it measures only the 64-byte message rates: sockperf tp,
 # and ib_{write,send,read}_bw -R -s 64 and ib_write_bw -R -q 8 (a quick
 # check of the small-message path, before and after a change to it).
+# With --latency, only the 8-byte latencies: sockperf ping-pong, and
+# ib_write_lat, ib_send_lat and ib_send_lat -e with their 99.9th percentiles.
 #
-# Usage: scripts/bench.sh [--quick] [--msgrate] [--runs N] [loopback|netns|all]
+# Usage: scripts/bench.sh [--quick] [--msgrate|--latency] [--runs N] [loopback|netns|all]
 #        scripts/bench.sh --guest [--quick] [--msgrate] [--runs N]  (N rounds in one boot)
 #        scripts/bench.sh --zerocopy [--quick] [--runs N]  (one boot per run)
 #   --quick   shorter runs, one of each (a smoke test of the script itself)
@@ -61,6 +63,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 
 quick=0
 msgrate=0
+latency=0
 guest_args=()  # what --guest passes on to bench_guest.sh after its rounds
 where=all
 guest=0
@@ -72,6 +75,7 @@ while [ $# -gt 0 ]; do
     case $arg in
         --quick) quick=1 ;;
         --msgrate) msgrate=1 ;;
+        --latency) latency=1 ;;
         --runs)
             runs=${1:-}
             runs_given=1
@@ -136,6 +140,7 @@ fi
 
 # --guest: usiw against kernel siw and rxe, side by side in one boot.
 if [ $guest -eq 1 ]; then
+    [ $latency -eq 1 ] && { echo "bench.sh: --latency is for the host runs" >&2; exit 2; }
     [ $msgrate -eq 1 ] && guest_args=(usiw,siw,rxe msgrate)
     guest_runs guest "$top/scripts/qemu/bench_guest.sh" guest-bench.csv 1
     echo "each figure is the median of $runs run(s) in one boot, the kinds taking turns"
@@ -396,11 +401,61 @@ measure_msgrate() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
     row "$path" ib_write_bw-q8 64 Mmsg/s "$(awk '{print $5}' <<<"$r")" "$write64"
 }
 
+# latency_rows PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR LAT8 LAT4K P999
+# SIZES LABELS...: perftest's latency rows, against sockperf's figures.
+latency_rows() {
+    local path=$1 sconf=$2 snet=$3 cconf=$4 cnet=$5 addr=$6 lat8=$7 lat4k=$8 p999=$9
+    local all_sizes=${10} label test events sizes size raw lines
+    shift 10
+    for label in "$@"; do
+        test=${label%-e} events=() sizes=$all_sizes
+        if [ "$label" != "$test" ]; then
+            # perftest sleeps on the completion channel (ibv_get_cq_event)
+            events=(-e) sizes=8
+        fi
+        for size in $sizes; do
+            mapfile -t lines < <(runs_of perftest_row "$logs/$path-$label-$size" "$sconf" \
+                "$snet" "$cconf" "$cnet" "$addr" "$test" "${events[@]}" -s "$size" \
+                -n $((quick ? 2000 : 20000)))
+            # columns: bytes iterations t_min t_max t_typical t_avg t_stdev
+            # 99%_percentile 99.9%_percentile cpu_seconds
+            raw=$lat8
+            [ "$size" = 4096 ] && raw=$lat4k
+            # sockperf reports half the round trip, as perftest does for
+            # WRITE and SEND; perftest's READ figure is the whole round trip
+            # (a READ is one), so its reference is twice sockperf's.
+            [ "$test" = ib_read_lat ] && raw=$(awk -v r="$raw" 'BEGIN { if (r != "") printf "%.3f", 2 * r }')
+            # the median of the runs' average latencies (t_avg)
+            row "$path" "$label" "$size" usec "$(median_field 6 "${lines[@]}")" "$raw"
+            if [ "$size" = 8 ] && [ "$label" != ib_read_lat ] && [ -z "${events[*]}" ]; then
+                # the tail: the median of the runs' 99.9th percentiles
+                row "$path" "$label" "$size" p99.9_usec "$(median_field 9 "${lines[@]}")" "$p999"
+            fi
+        done
+    done
+}
+
+# --latency: the 8-byte latency rows of measure() alone.
+measure_latency() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
+    local path=$1 sconf=$2 snet=$3 cconf=$4 cnet=$5 addr=$6 lines lat8 p999
+    mapfile -t lines < <(runs_of sockperf_pp "$snet" "$cnet" "$addr" 14)
+    lat8=$(median_field 1 "${lines[@]}")
+    p999=$(median_field 2 "${lines[@]}")
+    row "$path" sockperf 14 usec "$lat8" "$lat8"
+    row "$path" sockperf 14 p99.9_usec "$p999" "$p999"
+    cm_args=(-R)
+    latency_rows "$@" "$lat8" "" "$p999" 8 ib_write_lat ib_send_lat ib_send_lat-e
+}
+
 measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
     local path=$1 sconf=$2 snet=$3 cconf=$4 cnet=$5 addr=$6
     local tcp_gbps tcp_cpu lat8 p999 lat4k mmsgs r lines
     if [ $msgrate -eq 1 ]; then
         measure_msgrate "$@"
+        return
+    fi
+    if [ $latency -eq 1 ]; then
+        measure_latency "$@"
         return
     fi
     r=$(median_of 1 iperf_run "$logs/$path-iperf3" "$snet" "$cnet" "$addr")
@@ -474,33 +529,8 @@ measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
     [ -n "$r" ] || echo "bench.sh: $path: ib_write_bw -R -q 8 gave no sound result in" \
         "$runs run(s); row ib_write_bw-q8 left blank" >&2
     row "$path" ib_write_bw-q8 64 Mmsg/s "$(awk '{print $5}' <<<"$r")" "${write64:-}"
-    local events
-    for label in ib_write_lat ib_send_lat ib_read_lat ib_send_lat-e; do
-        test=${label%-e} events=() sizes="8 4096"
-        if [ "$label" != "$test" ]; then
-            # perftest sleeps on the completion channel (ibv_get_cq_event)
-            events=(-e) sizes=8
-        fi
-        for size in $sizes; do
-            mapfile -t lines < <(runs_of perftest_row "$logs/$path-$label-$size" "$sconf" \
-                "$snet" "$cconf" "$cnet" "$addr" "$test" "${events[@]}" -s "$size" \
-                -n $((quick ? 2000 : 20000)))
-            # columns: bytes iterations t_min t_max t_typical t_avg t_stdev
-            # 99%_percentile 99.9%_percentile cpu_seconds
-            local raw=$lat8
-            [ "$size" = 4096 ] && raw=$lat4k
-            # sockperf reports half the round trip, as perftest does for
-            # WRITE and SEND; perftest's READ figure is the whole round trip
-            # (a READ is one), so its reference is twice sockperf's.
-            [ "$test" = ib_read_lat ] && raw=$(awk -v r="$raw" 'BEGIN { if (r != "") printf "%.3f", 2 * r }')
-            # the median of the runs' average latencies (t_avg)
-            row "$path" "$label" "$size" usec "$(median_field 6 "${lines[@]}")" "$raw"
-            if [ "$size" = 8 ] && [ "$label" != ib_read_lat ] && [ -z "${events[*]}" ]; then
-                # the tail: the median of the runs' 99.9th percentiles
-                row "$path" "$label" "$size" p99.9_usec "$(median_field 9 "${lines[@]}")" "$p999"
-            fi
-        done
-    done
+    latency_rows "$@" "$lat8" "$lat4k" "$p999" "8 4096" ib_write_lat ib_send_lat ib_read_lat \
+        ib_send_lat-e
     local tcp_conns
     tcp_conns=$(median_of 1 connrate_run "$logs/$path-connrate-tcp" "$sconf" "$snet" "$cconf" \
         "$cnet" "$addr" --tcp)
@@ -529,6 +559,6 @@ if [ "$where" != loopback ]; then
         echo "veth: skipped (needs root and iproute2)"
     fi
 fi
-[ $msgrate -eq 1 ] || /usr/bin/python3 "$top/scripts/bench_plot.py" "$csv" "$out/results.png"
+[ $msgrate -eq 1 ] || [ $latency -eq 1 ] || /usr/bin/python3 "$top/scripts/bench_plot.py" "$csv" "$out/results.png"
 echo
-if [ $msgrate -eq 1 ]; then echo "results: $csv"; else echo "results: $csv, $out/results.png"; fi
+if [ $msgrate -eq 1 ] || [ $latency -eq 1 ]; then echo "results: $csv"; else echo "results: $csv, $out/results.png"; fi
