@@ -21,6 +21,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
 #include <sched.h>
@@ -615,6 +616,104 @@ void test_send_solicited(void**) {
         const std::vector<ibv_wc> sent = expect_wcs(p.as, 2, "sender");
         expect_wc(sent[0], 1, IBV_WC_SUCCESS, IBV_WC_SEND, "sender");
         expect_wc(sent[1], 2, IBV_WC_SUCCESS, IBV_WC_SEND, "sender");
+        release_all();
+    }
+}
+
+// --- ibv_get_cq_event polls before it sleeps (USIW_CQ_EVENT_POLL_US) ---
+
+uint64_t cq_events_polled() {
+    return device_counter(test_device(), &usiw::DeviceStats::cq_events_polled);
+}
+
+// What a thread that waited in ibv_get_cq_event got.
+struct CqEventWait {
+    int rc = -1;
+    int err = 0;
+    ibv_cq* cq = nullptr;
+};
+
+// ibv_get_cq_event on `ch` in a thread of its own, which reads
+// USIW_CQ_EVENT_POLL_US = `poll_us` (each thread reads it at its first
+// wait), while this thread sends `src`'s first `n` bytes as a signaled SEND
+// on `a` once the waiter has started.
+CqEventWait wait_for_send(ibv_comp_channel* ch, const char* poll_us, ibv_qp* a, const Buf& src,
+                          uint32_t n) {
+    setenv("USIW_CQ_EVENT_POLL_US", poll_us, 1);
+    CqEventWait got;
+    std::atomic<bool> waiting{false};
+    std::thread waiter([&] {
+        void* ctx = nullptr;
+        waiting.store(true);
+        got.rc = ibv_get_cq_event(ch, &got.cq, &ctx);
+        got.err = errno;
+    });
+    while (!waiting.load())
+        std::this_thread::yield();
+    usleep(5000);  // the waiter is in ibv_get_cq_event by now (or soon)
+    post(a, send_wr(7, {src.sge(0, n)}));
+    waiter.join();
+    unsetenv("USIW_CQ_EVENT_POLL_US");
+    return got;
+}
+
+// A thread waiting in ibv_get_cq_event does the datapath's work itself
+// while its events come close together, and so finds its event without
+// sleeping (cq_events_polled); the event and the message are the same
+// either way. With USIW_CQ_EVENT_POLL_US=0 it sleeps at once, and a channel
+// the application made non-blocking answers at once.
+void test_cq_event_polled(void**) {
+    const Framing c = kConfigs[0];
+    for (const char* poll_us : {"1000000", "0"}) {
+        where("cq_event_polled USIW_CQ_EVENT_POLL_US=%s", poll_us);
+        Pair p = new_pair(c);
+        ibv_comp_channel* ch = new_comp_channel(p.hb);
+        ibv_cq* rcq = new_cq(p.hb, 64, ch);
+        ibv_qp* b2 = new_qp(p.hb, p.bs, rcq);
+        ibv_qp* a2 = new_qp(p.ha, p.as, p.ar);
+        connect_qps(a2, b2, c);
+        Buf src = new_buf(p.ha, 4096);
+        pattern(src.p, src.n, 71);
+        Buf dst = new_buf(p.hb, 4096);
+        post_recv(b2, 1, {dst.sge(0, 4096)});
+        EXPECT(ibv_req_notify_cq(rcq, 0) == 0, "ibv_req_notify_cq");
+        const uint64_t polled = cq_events_polled();
+        const CqEventWait got = wait_for_send(ch, poll_us, a2, src, 3000);
+        EXPECT(got.rc == 0, "ibv_get_cq_event: %s", strerror(got.err));
+        EXPECT(got.cq == rcq, "event for another CQ");
+        ibv_ack_cq_events(got.cq, 1);
+        const uint64_t counted = cq_events_polled() - polled;
+        if (std::strcmp(poll_us, "0") == 0)
+            EXPECT(counted == 0, "cq_events_polled moved by %" PRIu64 " with polling off", counted);
+        else
+            EXPECT(counted == 1, "cq_events_polled moved by %" PRIu64 " (expected 1)", counted);
+        const ibv_wc wc = expect_one(rcq, "message waited for");
+        expect_recv(wc, 1, 3000, "message waited for");
+        std::vector<uint8_t> image(dst.n, kGuard);
+        std::memcpy(image.data(), src.p, 3000);
+        expect_bytes(dst.p, image.data(), dst.n, "receive MR");
+        expect_one(p.as, "sender");
+
+        // Non-blocking: EAGAIN at once, polled or not.
+        EXPECT(ibv_req_notify_cq(rcq, 0) == 0, "ibv_req_notify_cq");
+        const int flags = fcntl(ch->fd, F_GETFL);
+        EXPECT(fcntl(ch->fd, F_SETFL, flags | O_NONBLOCK) == 0, "O_NONBLOCK");
+        setenv("USIW_CQ_EVENT_POLL_US", poll_us, 1);
+        CqEventWait idle;
+        std::thread([&] {
+            void* ctx = nullptr;
+            const auto start = Clock::now();
+            idle.rc = ibv_get_cq_event(ch, &idle.cq, &ctx);
+            idle.err = errno;
+            // reported through rc: more than half the poll budget spent
+            if (Clock::now() - start > std::chrono::milliseconds(500))
+                idle.rc = -2;
+        }).join();
+        unsetenv("USIW_CQ_EVENT_POLL_US");
+        EXPECT(idle.rc == -1 && (idle.err == EAGAIN || idle.err == EWOULDBLOCK),
+               "ibv_get_cq_event on a non-blocking channel with nothing in it: rc %d (%s)", idle.rc,
+               strerror(idle.err));
+        EXPECT(cq_events_polled() - polled == counted, "a non-blocking wait was counted");
         release_all();
     }
 }
@@ -3347,6 +3446,7 @@ int main(int argc, char** argv) {
         T(test_unsignaled_posts_share_a_sendmsg),
         T(test_batched_posts_go_out_unpolled),
         T(test_send_solicited),
+        T(test_cq_event_polled),
         T(test_send_with_invalidate),
         T(test_write_sizes),
         T(test_read_sizes),

@@ -2,7 +2,8 @@
 // The progress engine thread's choice of scheduling policy
 // (datapath/engine_scheduling.h): when it leaves SCHED_BATCH, for how long,
 // what does not count, and what a busy machine changes; and when a poller
-// waits for the progress lock. test_datapath's
+// waits for the progress lock, and when a thread polls before it sleeps on a
+// completion channel. test_datapath's
 // test_engine_thread_scheduling watches the real thread do it.
 
 #include <cstdint>
@@ -22,6 +23,7 @@ extern "C" {
 namespace {
 
 using usiw::BatchGovernor;
+using usiw::ChannelWaitPolling;
 
 constexpr uint64_t kLate = BatchGovernor::kLateNs;
 constexpr uint64_t kPrompt = 20'000;
@@ -225,6 +227,29 @@ void test_zero_threshold_counts_every_round(void**) {
     assert_true(d.batch());
 }
 
+// A thread's first wait on a completion channel polls; after that it polls
+// only after a wait that ended within the budget (polling and sleeping
+// included), and a budget of 0 never polls.
+void test_channel_wait_polling(void**) {
+    constexpr uint64_t kBudget = 50'000;
+    ChannelWaitPolling w(kBudget);
+    assert_true(w.enabled());
+    assert_int_equal(w.poll_ns(), kBudget);
+    w.waited(kBudget);  // at the budget: still close together
+    assert_int_equal(w.poll_ns(), kBudget);
+    w.waited(kBudget + 1);  // further apart: sleep at once
+    assert_int_equal(w.poll_ns(), 0);
+    w.waited(10 * kBudget);
+    assert_int_equal(w.poll_ns(), 0);
+    w.waited(kBudget / 2);  // an event came soon after a sleep: poll again
+    assert_int_equal(w.poll_ns(), kBudget);
+    ChannelWaitPolling off(0);
+    assert_false(off.enabled());
+    assert_int_equal(off.poll_ns(), 0);
+    off.waited(0);
+    assert_int_equal(off.poll_ns(), 0);
+}
+
 }  // namespace
 
 int main(void) {
@@ -235,6 +260,7 @@ int main(void) {
         cmocka_unit_test(test_hold_doubles_and_resets),
         cmocka_unit_test(test_progress_lock_wait),
         cmocka_unit_test(test_zero_threshold_counts_every_round),
+        cmocka_unit_test(test_channel_wait_polling),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

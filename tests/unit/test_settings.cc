@@ -60,6 +60,7 @@ void test_registry_lists_every_setting(void**) {
         "USIW_ENGINE_SCHED",
         "USIW_ENGINE_LATE_US",
         "USIW_TX_BATCH_US",
+        "USIW_CQ_EVENT_POLL_US",
         "USIW_PEER_TIMEOUT_MS",
         "USIW_DEBUG",
         "VERBS_LOG_LEVEL",
@@ -171,6 +172,23 @@ void test_tx_batch(void**) {
         assert_int_equal(settings::tx_batch_ns(), settings::kTxBatchDefaultNs);
     }
     unsetenv("USIW_TX_BATCH_US");
+}
+
+// USIW_CQ_EVENT_POLL_US: microseconds up to a second, 0 for off; unset,
+// malformed or too large means the default.
+void test_cq_event_poll(void**) {
+    unsetenv("USIW_CQ_EVENT_POLL_US");
+    assert_int_equal(settings::cq_event_poll_ns(), 50'000);
+    assert_int_equal(settings::cq_event_poll_ns(), settings::kCqEventPollDefaultNs);
+    setenv("USIW_CQ_EVENT_POLL_US", "0", 1);
+    assert_int_equal(settings::cq_event_poll_ns(), 0);
+    setenv("USIW_CQ_EVENT_POLL_US", "1000000", 1);
+    assert_int_equal(settings::cq_event_poll_ns(), 1'000'000'000);
+    for (const char* bad : {"-1", "50us", "", "1000001"}) {
+        setenv("USIW_CQ_EVENT_POLL_US", bad, 1);
+        assert_int_equal(settings::cq_event_poll_ns(), settings::kCqEventPollDefaultNs);
+    }
+    unsetenv("USIW_CQ_EVENT_POLL_US");
 }
 
 // USIW_PEER_TIMEOUT_MS: milliseconds, 0 for off; unset or malformed means
@@ -285,6 +303,7 @@ int main(void) {
         cmocka_unit_test(test_engine_sched),
         cmocka_unit_test(test_engine_late),
         cmocka_unit_test(test_tx_batch),
+        cmocka_unit_test(test_cq_event_poll),
         cmocka_unit_test(test_peer_timeout),
         cmocka_unit_test(test_log_level),
         cmocka_unit_test(test_wrong_value_reported),

@@ -151,6 +151,34 @@ class ProgressLockWait {
     uint64_t since_ns_ = 0;  // when it found the lock taken first, poll after poll
 };
 
+// Whether a thread about to sleep on a completion channel
+// (ibv_get_cq_event) should first do the engine's work itself, for up to
+// USIW_CQ_EVENT_POLL_US: when its previous wait for an event ended within
+// that time. Events that close together are a ping-pong or a stream, where
+// sleeping costs two thread wake-ups a message (the engine's for the
+// socket, then the application's on the channel; ib_send_lat -e on
+// loopback: 31-43 us against sockperf's 10-15) and the polling costs at
+// most the gap between them. A thread whose events come further apart
+// sleeps at once, so an idle program pays one budget, not one per event;
+// it polls again after any wait that ended within the budget.
+class ChannelWaitPolling {
+  public:
+    explicit ChannelWaitPolling(uint64_t budget_ns) : budget_ns_(budget_ns) {}
+
+    // Whether polling is on at all (a budget of 0 turns it off).
+    bool enabled() const { return budget_ns_ != 0; }
+
+    // How long the next wait may poll before it sleeps (0: not at all).
+    uint64_t poll_ns() const { return polls_ ? budget_ns_ : 0; }
+    // A wait for an event ended after `waited_ns`, polling and sleeping
+    // included.
+    void waited(uint64_t waited_ns) { polls_ = waited_ns <= budget_ns_; }
+
+  private:
+    uint64_t budget_ns_;
+    bool polls_ = true;  // a thread's first wait polls
+};
+
 // USIW_ENGINE_SCHED (host/settings.h): auto (BatchGovernor decides; the
 // default), batch (always SCHED_BATCH), normal (always the default policy).
 using EngineSchedMode = settings::EngineSched;

@@ -354,4 +354,18 @@ void cq_stop_polling(Cq*) {
     engine().app_sleeping();
 }
 
+bool poll_before_sleep(int fd, uint64_t poll_ns) {
+    const uint64_t until = monotonic_ns() + poll_ns;
+    pollfd channel{fd, POLLIN, 0};
+    for (;;) {
+        if (::poll(&channel, 1, 0) > 0)
+            return true;
+        if (monotonic_ns() >= until)
+            break;
+        engine().poll_from_app();
+    }
+    engine().app_sleeping();
+    return false;
+}
+
 }  // namespace usiw

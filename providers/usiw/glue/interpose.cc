@@ -371,6 +371,18 @@ ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
     return &channel->ibv;
 }
 
+// Waits for the event as libibverbs does (a read on the channel's fd), but
+// for a usiw device's channel first does usiw's work in this thread while
+// events come close together (verbs/cq.cc): the event then needs no thread
+// wake-up at all.
+int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) {
+    using Fn = int (*)(ibv_comp_channel*, ibv_cq**, void**);
+    static const Fn next = real<Fn>("ibv_get_cq_event", "IBVERBS_1.1");
+    if (!usiw_device(channel->context->device))
+        return next(channel, cq, cq_context);
+    return get_cq_event(channel, cq, cq_context, next);
+}
+
 int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
     if (!device_of(channel->context)) {
         using Fn = int (*)(ibv_comp_channel*);

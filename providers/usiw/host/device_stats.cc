@@ -47,6 +47,9 @@ constexpr StatField kFields[] = {
      "socket events handled in the application's busy-polling poll_cq"},
     {"progress_in_engine", &DeviceStats::progress_in_engine,
      "socket events handled by usiw's progress thread"},
+    {"cq_events_polled", &DeviceStats::cq_events_polled,
+     "completion events that came while ibv_get_cq_event polled before sleeping "
+     "(USIW_CQ_EVENT_POLL_US): no thread woke for them"},
     {"mw_binds", &DeviceStats::mw_binds, "memory windows bound (and type 1 windows unbound)"},
     {"stag_invalidations", &DeviceStats::stag_invalidations,
      "STags invalidated: local invalidations and Send with Invalidate received"},

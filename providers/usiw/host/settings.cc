@@ -45,6 +45,13 @@ constexpr Setting kAll[] = {
      "them goes out at the next signaled post, poll_cq or req_notify_cq, once 64 (or half the "
      "send queue) wait, or after this long; signaled work always leaves at once",
      Scope::kProvider},
+    {"USIW_CQ_EVENT_POLL_US", "microseconds, 0 to 1000000 (0: off)", "50",
+     "how long ibv_get_cq_event may do usiw's receive and transmit work in the calling thread, "
+     "as a polling poll_cq does, before it sleeps on the completion channel; only when that "
+     "thread's previous wait for an event ended within this time (a ping-pong, a stream), so "
+     "that each completion costs no thread wake-up. A thread whose events come further apart "
+     "sleeps at once",
+     Scope::kProvider},
     {"USIW_PEER_TIMEOUT_MS", "milliseconds, 0 to 999999999 (0: off)", "60000",
      "how long a connection's peer may stay silent while we wait for it (data unacknowledged, "
      "or TCP keepalive probes unanswered) before the connection is dropped, its QP goes to ERR "
@@ -133,6 +140,7 @@ constexpr const Setting& kZeroCopyMin = entry("USIW_ZCOPY_MIN");
 constexpr const Setting& kEngineSched = entry("USIW_ENGINE_SCHED");
 constexpr const Setting& kEngineLate = entry("USIW_ENGINE_LATE_US");
 constexpr const Setting& kTxBatch = entry("USIW_TX_BATCH_US");
+constexpr const Setting& kCqEventPoll = entry("USIW_CQ_EVENT_POLL_US");
 constexpr const Setting& kPeerTimeout = entry("USIW_PEER_TIMEOUT_MS");
 constexpr const Setting& kDebug = entry("USIW_DEBUG");
 constexpr const Setting& kVerbsLogLevel = entry("VERBS_LOG_LEVEL");
@@ -378,6 +386,8 @@ EngineSched engine_sched() {
     return word_value(kEngineSched, kWords, EngineSched::kAuto);
 }
 
+namespace {
+
 // A setting in microseconds, 0 to `max_us`, in nanoseconds: `fallback`
 // when unset, and (with a report) when malformed or too large.
 uint64_t nanoseconds_of_us(const Setting& setting, uint64_t max_us, uint64_t fallback) {
@@ -394,12 +404,18 @@ uint64_t nanoseconds_of_us(const Setting& setting, uint64_t max_us, uint64_t fal
     return us * 1000;
 }
 
+}  // namespace
+
 uint64_t engine_late_ns() {
     return nanoseconds_of_us(kEngineLate, UINT64_MAX / 1000, kEngineLateDefaultNs);
 }
 
 uint64_t tx_batch_ns() {
     return nanoseconds_of_us(kTxBatch, kTxBatchMaxUs, kTxBatchDefaultNs);
+}
+
+uint64_t cq_event_poll_ns() {
+    return nanoseconds_of_us(kCqEventPoll, kCqEventPollMaxUs, kCqEventPollDefaultNs);
 }
 
 LogLevel log_level() {

@@ -73,6 +73,13 @@ inline constexpr uint64_t kTxBatchDefaultNs = 20'000;
 inline constexpr uint64_t kTxBatchMaxUs = 1'000'000;
 uint64_t tx_batch_ns();
 
+// USIW_CQ_EVENT_POLL_US, in nanoseconds: how long ibv_get_cq_event may poll
+// before it sleeps on the completion channel (ChannelWaitPolling,
+// datapath/engine_scheduling.h); 0: never.
+inline constexpr uint64_t kCqEventPollDefaultNs = 50'000;
+inline constexpr uint64_t kCqEventPollMaxUs = 1'000'000;
+uint64_t cq_event_poll_ns();
+
 // USIW_PEER_TIMEOUT_MS: how long a connected peer may stay silent while we
 // wait for it (TCP_USER_TIMEOUT and keepalive, datapath/attach.cc); 0: off.
 inline constexpr int kPeerTimeoutDefaultMs = 60000;

@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Completion queues and completion channels.
 
+#include <fcntl.h>
+
 #include <cerrno>
 #include <new>
 
+#include "datapath/engine_scheduling.h"
 #include "datapath/progress.h"
 #include "verbs/fork_guard.h"
 #include "verbs/log.h"
@@ -145,6 +148,21 @@ int resize_cq(ibv_cq* ibcq, int cqe) {
 
 void cq_event(ibv_cq*) {
     // libibverbs counts delivered events in the CQ itself; nothing to do.
+}
+
+int get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context, GetCqEvent read_event) {
+    thread_local ChannelWaitPolling polling(settings::cq_event_poll_ns());
+    // A channel the application made non-blocking is polled by the
+    // application itself: it expects an answer at once.
+    if (!polling.enabled() || (fcntl(channel->fd, F_GETFL) & O_NONBLOCK) != 0)
+        return read_event(channel, cq, cq_context);
+    const uint64_t started = monotonic_ns();
+    if (const uint64_t poll_ns = polling.poll_ns();
+        poll_ns != 0 && poll_before_sleep(channel->fd, poll_ns))
+        count(to_context(channel->context)->device->stats->cq_events_polled);
+    const int ret = read_event(channel, cq, cq_context);
+    polling.waited(monotonic_ns() - started);
+    return ret;
 }
 
 }  // namespace usiw

@@ -94,6 +94,11 @@ int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc);
 int req_notify_cq(ibv_cq* cq, int solicited_only);
 int resize_cq(ibv_cq* cq, int cqe);
 void cq_event(ibv_cq* cq);
+// ibv_get_cq_event for a usiw device's channel (glue/interpose.cc): polls
+// before it sleeps, as ChannelWaitPolling advises (USIW_CQ_EVENT_POLL_US),
+// then reads the event with libibverbs' own `read_event`.
+using GetCqEvent = int (*)(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context);
+int get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context, GetCqEvent read_event);
 
 ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr);
 ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr);
