@@ -635,23 +635,31 @@ struct CqEventWait {
 
 // ibv_get_cq_event on `ch` in a thread of its own, which reads
 // USIW_CQ_EVENT_POLL_US = `poll_us` (each thread reads it at its first
-// wait), while this thread sends `src`'s first `n` bytes as a signaled SEND
-// on `a` once the waiter has started.
-CqEventWait wait_for_send(ibv_comp_channel* ch, const char* poll_us, ibv_qp* a, const Buf& src,
-                          uint32_t n) {
+// wait, and its first wait polls), while this thread posts `sends` (QP and
+// work request) back to back once the waiter has started.
+CqEventWait wait_in_thread(ibv_comp_channel* ch, const char* poll_us,
+                           const std::vector<std::pair<ibv_qp*, Wr>>& sends = {}) {
     setenv("USIW_CQ_EVENT_POLL_US", poll_us, 1);
     CqEventWait got;
     std::atomic<bool> waiting{false};
     std::thread waiter([&] {
         void* ctx = nullptr;
         waiting.store(true);
+        const auto start = Clock::now();
         got.rc = ibv_get_cq_event(ch, &got.cq, &ctx);
         got.err = errno;
+        // reported through rc: a failed wait that took more than half a
+        // second (a non-blocking one must answer at once)
+        if (got.rc != 0 && Clock::now() - start > std::chrono::milliseconds(500))
+            got.rc = -2;
     });
     while (!waiting.load())
         std::this_thread::yield();
-    usleep(5000);  // the waiter is in ibv_get_cq_event by now (or soon)
-    post(a, send_wr(7, {src.sge(0, n)}));
+    if (!sends.empty()) {
+        usleep(5000);  // the waiter is in ibv_get_cq_event by now (or soon)
+        for (const auto& [qp, wr] : sends)
+            post(qp, wr);
+    }
     waiter.join();
     unsetenv("USIW_CQ_EVENT_POLL_US");
     return got;
@@ -659,61 +667,85 @@ CqEventWait wait_for_send(ibv_comp_channel* ch, const char* poll_us, ibv_qp* a, 
 
 // A thread waiting in ibv_get_cq_event does the datapath's work itself
 // while its events come close together, and so finds its event without
-// sleeping (cq_events_polled); the event and the message are the same
-// either way. With USIW_CQ_EVENT_POLL_US=0 it sleeps at once, and a channel
-// the application made non-blocking answers at once.
+// sleeping (cq_events_polled; the event is handed to it in memory, not
+// through the channel's pipe). Two CQs share the channel, and two messages
+// arrive at once: the waiter gets one event, the other is then in the pipe
+// for the next reader; each CQ's event comes exactly once, and the messages
+// are the same either way. With USIW_CQ_EVENT_POLL_US=0 the waiter sleeps
+// at once, and a channel the application made non-blocking answers at once.
 void test_cq_event_polled(void**) {
+    constexpr int kRounds = 10;
     const Framing c = kConfigs[0];
     for (const char* poll_us : {"1000000", "0"}) {
         where("cq_event_polled USIW_CQ_EVENT_POLL_US=%s", poll_us);
         Pair p = new_pair(c);
         ibv_comp_channel* ch = new_comp_channel(p.hb);
-        ibv_cq* rcq = new_cq(p.hb, 64, ch);
-        ibv_qp* b2 = new_qp(p.hb, p.bs, rcq);
-        ibv_qp* a2 = new_qp(p.ha, p.as, p.ar);
-        connect_qps(a2, b2, c);
-        Buf src = new_buf(p.ha, 4096);
-        pattern(src.p, src.n, 71);
-        Buf dst = new_buf(p.hb, 4096);
-        post_recv(b2, 1, {dst.sge(0, 4096)});
-        EXPECT(ibv_req_notify_cq(rcq, 0) == 0, "ibv_req_notify_cq");
-        const uint64_t polled = cq_events_polled();
-        const CqEventWait got = wait_for_send(ch, poll_us, a2, src, 3000);
-        EXPECT(got.rc == 0, "ibv_get_cq_event: %s", strerror(got.err));
-        EXPECT(got.cq == rcq, "event for another CQ");
-        ibv_ack_cq_events(got.cq, 1);
-        const uint64_t counted = cq_events_polled() - polled;
-        if (std::strcmp(poll_us, "0") == 0)
-            EXPECT(counted == 0, "cq_events_polled moved by %" PRIu64 " with polling off", counted);
-        else
-            EXPECT(counted == 1, "cq_events_polled moved by %" PRIu64 " (expected 1)", counted);
-        const ibv_wc wc = expect_one(rcq, "message waited for");
-        expect_recv(wc, 1, 3000, "message waited for");
-        std::vector<uint8_t> image(dst.n, kGuard);
-        std::memcpy(image.data(), src.p, 3000);
-        expect_bytes(dst.p, image.data(), dst.n, "receive MR");
-        expect_one(p.as, "sender");
+        ibv_cq* rcq[2] = {new_cq(p.hb, 64, ch), new_cq(p.hb, 64, ch)};
+        ibv_qp* a[2];
+        ibv_qp* b[2];
+        for (int i = 0; i < 2; ++i) {
+            b[i] = new_qp(p.hb, p.bs, rcq[i]);
+            a[i] = new_qp(p.ha, p.as, p.ar);
+            connect_qps(a[i], b[i], c);
+        }
+        Buf src = new_buf(p.ha, 8192);
+        Buf dst = new_buf(p.hb, 8192);
+        const bool polling = std::strcmp(poll_us, "0") != 0;
+        // Rounds: how the two arrivals fall around the waiter's polling
+        // differs from round to round.
+        for (int round = 0; round < kRounds; ++round) {
+            pattern(src.p, src.n, 71 + round);
+            std::memset(dst.p, kGuard, dst.n);
+            for (int i = 0; i < 2; ++i) {
+                post_recv(b[i], 1 + i, {dst.sge(4096 * i, 4096)});
+                EXPECT(ibv_req_notify_cq(rcq[i], 0) == 0, "ibv_req_notify_cq");
+            }
+            const uint64_t polled = cq_events_polled();
+            const CqEventWait got = wait_in_thread(ch, poll_us,
+                                                   {{a[0], send_wr(7, {src.sge(0, 3000)})},
+                                                    {a[1], send_wr(8, {src.sge(4096, 1234)})}});
+            EXPECT(got.rc == 0, "round %d: ibv_get_cq_event: %s", round, strerror(got.err));
+            EXPECT(got.cq == rcq[0] || got.cq == rcq[1], "round %d: event for another CQ", round);
+            ibv_ack_cq_events(got.cq, 1);
+            const uint64_t counted = cq_events_polled() - polled;
+            EXPECT(counted == (polling ? 1 : 0), "round %d: cq_events_polled moved by %" PRIu64,
+                   round, counted);
+            // The other CQ's event: in the pipe, whether it came while the
+            // waiter polled (handed back when it stopped) or after.
+            EXPECT(readable(ch->fd, kTimeoutMs),
+                   "round %d: the second CQ's event never reached the channel", round);
+            const CqEventWait second = wait_in_thread(ch, poll_us);
+            EXPECT(second.rc == 0, "round %d: ibv_get_cq_event: %s", round, strerror(second.err));
+            ibv_ack_cq_events(second.cq, 1);
+            EXPECT(second.cq != got.cq && (second.cq == rcq[0] || second.cq == rcq[1]),
+                   "round %d: the second event is for CQ %p (first %p; the channel's: %p, %p)",
+                   round, static_cast<void*>(second.cq), static_cast<void*>(got.cq),
+                   static_cast<void*>(rcq[0]), static_cast<void*>(rcq[1]));
+            // It found its event in the pipe as it started: without sleeping.
+            EXPECT(cq_events_polled() - polled == (polling ? 2 : 0),
+                   "round %d: cq_events_polled moved by %" PRIu64 " in all", round,
+                   cq_events_polled() - polled);
+            EXPECT(!readable(ch->fd, 0), "round %d: a third event on the channel", round);
+            expect_recv(expect_one(rcq[0], "first message"), 1, 3000, "first message");
+            expect_recv(expect_one(rcq[1], "second message"), 2, 1234, "second message");
+            std::vector<uint8_t> image(dst.n, kGuard);
+            std::memcpy(image.data(), src.p, 3000);
+            std::memcpy(image.data() + 4096, src.p + 4096, 1234);
+            expect_bytes(dst.p, image.data(), dst.n, "receive MR");
+            expect_wcs(p.as, 2, "sender");
+        }
+        EXPECT(!readable(ch->fd, kQuietMs), "an event on the channel after the last round");
 
         // Non-blocking: EAGAIN at once, polled or not.
-        EXPECT(ibv_req_notify_cq(rcq, 0) == 0, "ibv_req_notify_cq");
+        EXPECT(ibv_req_notify_cq(rcq[0], 0) == 0, "ibv_req_notify_cq");
         const int flags = fcntl(ch->fd, F_GETFL);
         EXPECT(fcntl(ch->fd, F_SETFL, flags | O_NONBLOCK) == 0, "O_NONBLOCK");
-        setenv("USIW_CQ_EVENT_POLL_US", poll_us, 1);
-        CqEventWait idle;
-        std::thread([&] {
-            void* ctx = nullptr;
-            const auto start = Clock::now();
-            idle.rc = ibv_get_cq_event(ch, &idle.cq, &ctx);
-            idle.err = errno;
-            // reported through rc: more than half the poll budget spent
-            if (Clock::now() - start > std::chrono::milliseconds(500))
-                idle.rc = -2;
-        }).join();
-        unsetenv("USIW_CQ_EVENT_POLL_US");
+        const uint64_t before = cq_events_polled();
+        const CqEventWait idle = wait_in_thread(ch, poll_us);
         EXPECT(idle.rc == -1 && (idle.err == EAGAIN || idle.err == EWOULDBLOCK),
                "ibv_get_cq_event on a non-blocking channel with nothing in it: rc %d (%s)", idle.rc,
                strerror(idle.err));
-        EXPECT(cq_events_polled() - polled == counted, "a non-blocking wait was counted");
+        EXPECT(cq_events_polled() == before, "a non-blocking wait was counted");
         release_all();
     }
 }

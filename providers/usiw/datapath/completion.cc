@@ -28,6 +28,14 @@ struct AsyncEventRecord {
 };
 static_assert(sizeof(AsyncEventRecord) == 16);
 
+// An event in the channel's pipe, for ibv_get_cq_event to read.
+void write_channel_event(CompChannel* channel, Cq* cq) {
+    const CompEventRecord record{reinterpret_cast<uintptr_t>(&cq->vcq.cq)};
+    if (write(channel->write_fd, &record, sizeof record) != sizeof record)
+        log_error("completion event for CQ %p lost: the channel's %s", static_cast<void*>(cq),
+                  "events are not being read");
+}
+
 // One event on the armed CQ's completion channel: the kernel's channel,
 // through the backing, for a context the kernel shim backs.
 void notify_channel(Cq* cq) {
@@ -35,14 +43,21 @@ void notify_channel(Cq* cq) {
         backing->cq_event(cq);
         return;
     }
-    const CompEventRecord record{reinterpret_cast<uintptr_t>(&cq->vcq.cq)};
-    if (write(cq->channel->write_fd, &record, sizeof record) != sizeof record)
-        log_error("completion event for CQ %p lost: the channel's %s", static_cast<void*>(cq),
-                  "events are not being read");
+    CompChannel* channel = cq->channel;
+    {
+        std::lock_guard lock(channel->handoff_mutex);
+        if (channel->pollers > 0) {
+            channel->handed.push_back(cq);
+            channel->handed_count.store(channel->handed.size(), std::memory_order_release);
+            return;
+        }
+    }
+    write_channel_event(channel, cq);
 }
 
-// Posts a completion on `cq`. A CQ push never takes another object's lock,
-// so completions can be posted from any path.
+// Posts a completion on `cq`. A CQ push takes no other object's lock while
+// it holds the CQ's (the channel's hand-off lock only after), so
+// completions can be posted from any path.
 void cq_push(Cq* cq, const ibv_wc& wc, bool solicited) {
     bool notify = false;
     bool overflow = false;
@@ -121,6 +136,34 @@ void acknowledge_before(Stream* s, uint64_t before, bool received = false) {
 }
 
 }  // namespace
+
+void channel_poll_start(CompChannel* channel) {
+    std::lock_guard lock(channel->handoff_mutex);
+    ++channel->pollers;
+}
+
+Cq* channel_take_event(CompChannel* channel) {
+    if (channel->handed_count.load(std::memory_order_acquire) == 0)
+        return nullptr;
+    std::lock_guard lock(channel->handoff_mutex);
+    if (channel->handed.empty())
+        return nullptr;
+    Cq* cq = channel->handed.front();
+    channel->handed.erase(channel->handed.begin());
+    channel->handed_count.store(channel->handed.size(), std::memory_order_release);
+    return cq;
+}
+
+void channel_poll_end(CompChannel* channel) {
+    std::lock_guard lock(channel->handoff_mutex);
+    if (--channel->pollers > 0)
+        return;
+    // In the order they came, for whoever reads the pipe next.
+    for (Cq* cq : channel->handed)
+        write_channel_event(channel, cq);
+    channel->handed.clear();
+    channel->handed_count.store(0, std::memory_order_release);
+}
 
 void complete_send_wqe(Qp* qp, uint64_t wr_id, ibv_wr_opcode opcode, ibv_wc_status status,
                        uint32_t byte_len) {

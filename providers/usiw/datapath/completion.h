@@ -27,6 +27,15 @@ namespace usiw {
 
 struct HeldRecv;
 
+// A thread polls for the next event of `channel` (a kernel-less context's
+// channel; ibv_get_cq_event, verbs/cq.cc): from channel_poll_start until
+// channel_poll_end, events of the channel's armed CQs go to the polling
+// threads in memory; channel_take_event takes one (nullptr if none waits).
+// channel_poll_end writes back to the pipe whatever the last poller leaves.
+void channel_poll_start(CompChannel* channel);
+Cq* channel_take_event(CompChannel* channel);
+void channel_poll_end(CompChannel* channel);
+
 // The two builders of an ibv_wc. Each posts it on the QP's send or
 // receive CQ, waking the CQ's completion channel when the CQ is armed for
 // it; an overflowing CQ loses the entry and raises IBV_EVENT_CQ_ERR, as on

@@ -354,11 +354,10 @@ void cq_stop_polling(Cq*) {
     engine().app_sleeping();
 }
 
-bool poll_before_sleep(int fd, uint64_t poll_ns) {
+bool poll_before_sleep(uint64_t poll_ns, const std::function<bool()>& event_ready) {
     const uint64_t until = monotonic_ns() + poll_ns;
-    pollfd channel{fd, POLLIN, 0};
     for (;;) {
-        if (::poll(&channel, 1, 0) > 0)
+        if (event_ready())
             return true;
         if (monotonic_ns() >= until)
             break;

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "verbs/objects.h"
 
@@ -39,11 +40,11 @@ void engine_hold_transmit(Stream* stream, uint64_t deadline_ns);
 void cq_progress(Cq* cq);
 void cq_stop_polling(Cq* cq);
 
-// An application thread is about to sleep on a completion channel's `fd`
+// An application thread is about to sleep on a completion channel
 // (ibv_get_cq_event): it does the engine's work itself, as a polling
-// poll_cq does, until the fd is readable or `poll_ns` has passed, and then,
-// if nothing came, hands the work back to the engine's thread (as
-// req_notify_cq does). Returns whether the fd became readable.
-bool poll_before_sleep(int fd, uint64_t poll_ns);
+// poll_cq does, until `event_ready()` says an event has come or `poll_ns`
+// has passed, and then, if none came, hands the work back to the engine's
+// thread (as req_notify_cq does). Returns whether an event came.
+bool poll_before_sleep(uint64_t poll_ns, const std::function<bool()>& event_ready);
 
 }  // namespace usiw

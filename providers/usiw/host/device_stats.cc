@@ -48,7 +48,7 @@ constexpr StatField kFields[] = {
     {"progress_in_engine", &DeviceStats::progress_in_engine,
      "socket events handled by usiw's progress thread"},
     {"cq_events_polled", &DeviceStats::cq_events_polled,
-     "completion events that came while ibv_get_cq_event polled before sleeping "
+     "completion events ibv_get_cq_event found without sleeping, as it polled first "
      "(USIW_CQ_EVENT_POLL_US): no thread woke for them"},
     {"mw_binds", &DeviceStats::mw_binds, "memory windows bound (and type 1 windows unbound)"},
     {"stag_invalidations", &DeviceStats::stag_invalidations,

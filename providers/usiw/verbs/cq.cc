@@ -2,10 +2,12 @@
 // Completion queues and completion channels.
 
 #include <fcntl.h>
+#include <poll.h>
 
 #include <cerrno>
 #include <new>
 
+#include "datapath/completion.h"
 #include "datapath/engine_scheduling.h"
 #include "datapath/progress.h"
 #include "verbs/fork_guard.h"
@@ -150,17 +152,57 @@ void cq_event(ibv_cq*) {
     // libibverbs counts delivered events in the CQ itself; nothing to do.
 }
 
+namespace {
+
+bool readable(int fd) {
+    pollfd p{fd, POLLIN, 0};
+    return ::poll(&p, 1, 0) > 0;
+}
+
+// The polling part of get_cq_event: true with the event in `*cq` when one
+// came while the thread polled. A kernel-less context's channel hands its
+// events over in memory meanwhile (channel_poll_start); a kernel channel
+// (the shim's) is watched for input.
+bool poll_for_event(ibv_comp_channel* channel, uint64_t poll_ns, ibv_cq** cq) {
+    if (to_context(channel->context)->backing) {
+        // Left in the kernel's channel for the read that follows.
+        return poll_before_sleep(poll_ns, [fd = channel->fd] { return readable(fd); });
+    }
+    auto* ours = reinterpret_cast<CompChannel*>(channel);
+    channel_poll_start(ours);
+    Cq* handed = nullptr;
+    // What came before is in the pipe, and the read that follows takes it.
+    const bool came = readable(channel->fd) || poll_before_sleep(poll_ns, [&] {
+                          return (handed = channel_take_event(ours)) != nullptr;
+                      });
+    channel_poll_end(ours);
+    if (handed)
+        *cq = &handed->vcq.cq;
+    return came;
+}
+
+}  // namespace
+
 int get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context, GetCqEvent read_event) {
     thread_local ChannelWaitPolling polling(settings::cq_event_poll_ns());
+    const uint64_t poll_ns = polling.poll_ns();
     // A channel the application made non-blocking is polled by the
     // application itself: it expects an answer at once.
     if (!polling.enabled() || (fcntl(channel->fd, F_GETFL) & O_NONBLOCK) != 0)
         return read_event(channel, cq, cq_context);
     const uint64_t started = monotonic_ns();
-    if (const uint64_t poll_ns = polling.poll_ns();
-        poll_ns != 0 && poll_before_sleep(channel->fd, poll_ns))
+    ibv_cq* handed = nullptr;
+    if (poll_ns != 0 && poll_for_event(channel, poll_ns, &handed))
         count(to_context(channel->context)->device->stats->cq_events_polled);
-    const int ret = read_event(channel, cq, cq_context);
+    int ret = 0;
+    if (handed) {
+        // What libibverbs' own ibv_get_cq_event returns for an event read
+        // from the pipe (its provider call, cq_event above, does nothing).
+        *cq = handed;
+        *cq_context = handed->cq_context;
+    } else {
+        ret = read_event(channel, cq, cq_context);
+    }
     polling.waited(monotonic_ns() - started);
     return ret;
 }

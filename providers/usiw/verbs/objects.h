@@ -8,8 +8,10 @@
 // guards its mutable state with its own mutex, named after what it protects.
 // Lock order, outer to inner: Context::objects_mutex, Qp::wr.mutex (held
 // from ibv_wr_start to ibv_wr_complete), Qp::state_mutex, Qp::sq_mutex /
-// Qp::rq_mutex / Srq::mutex, Cq::mutex. A CQ push never takes another
-// object's lock, so completions can be posted from any path.
+// Qp::rq_mutex / Srq::mutex, Cq::mutex. A CQ push takes no other object's
+// lock while it holds Cq::mutex (after it, the channel's
+// CompChannel::handoff_mutex, which is innermost), so completions can be
+// posted from any path.
 // ObjectSpace::mutex is taken with no other of these held.
 #pragma once
 
@@ -49,6 +51,13 @@ struct ObjectOf;
 struct CompChannel {
     ibv_comp_channel ibv;
     int write_fd = -1;
+    // While threads poll for this channel's next event in ibv_get_cq_event
+    // (verbs/cq.cc), events are handed to them here, in memory, instead of
+    // through the pipe: no write, poll or read for a polled event.
+    std::mutex handoff_mutex;             // protects pollers and handed
+    unsigned pollers = 0;                 // threads polling for an event now
+    std::vector<Cq*> handed;              // events no poller has taken yet
+    std::atomic<size_t> handed_count{0};  // handed.size(), read without the lock
 };
 
 // A thread domain (ibv_alloc_td): the application's promise that the
