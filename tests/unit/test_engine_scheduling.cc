@@ -227,19 +227,33 @@ void test_zero_threshold_counts_every_round(void**) {
     assert_true(d.batch());
 }
 
-// A thread's first wait on a completion channel polls; after that it polls
-// only after a wait that ended within the budget (polling and sleeping
-// included), and a budget of 0 never polls.
+// A thread's first wait on a completion channel polls; it stops polling
+// only after kLongWaits waits in a row each longer than the budget
+// (polling and sleeping included), and polls again after any wait that
+// ended within it. A budget of 0 never polls.
 void test_channel_wait_polling(void**) {
     constexpr uint64_t kBudget = 50'000;
+    constexpr unsigned kLong = ChannelWaitPolling::kLongWaits;
     ChannelWaitPolling w(kBudget);
     assert_true(w.enabled());
     assert_int_equal(w.poll_ns(), kBudget);
-    w.waited(kBudget);  // at the budget: still close together
-    assert_int_equal(w.poll_ns(), kBudget);
-    w.waited(kBudget + 1);  // further apart: sleep at once
+    // A late round now and then does not stop it.
+    for (int i = 0; i < 10; ++i) {
+        for (unsigned n = 0; n < kLong - 1; ++n) {
+            w.waited(kBudget + 1);
+            assert_int_equal(w.poll_ns(), kBudget);
+        }
+        w.waited(kBudget);  // at the budget: still close together
+        assert_int_equal(w.poll_ns(), kBudget);
+    }
+    // kLongWaits in a row do.
+    for (unsigned n = 0; n < kLong; ++n) {
+        assert_int_equal(w.poll_ns(), kBudget);
+        w.waited(10 * kBudget);
+    }
     assert_int_equal(w.poll_ns(), 0);
-    w.waited(10 * kBudget);
+    for (int i = 0; i < 100; ++i)
+        w.waited(1'000'000'000);
     assert_int_equal(w.poll_ns(), 0);
     w.waited(kBudget / 2);  // an event came soon after a sleep: poll again
     assert_int_equal(w.poll_ns(), kBudget);

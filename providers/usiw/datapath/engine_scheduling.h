@@ -153,30 +153,41 @@ class ProgressLockWait {
 
 // Whether a thread about to sleep on a completion channel
 // (ibv_get_cq_event) should first do the engine's work itself, for up to
-// USIW_CQ_EVENT_POLL_US: when its previous wait for an event ended within
-// that time. Events that close together are a ping-pong or a stream, where
-// sleeping costs two thread wake-ups a message (the engine's for the
-// socket, then the application's on the channel; ib_send_lat -e on
-// loopback: 31-43 us against sockperf's 10-15) and the polling costs at
-// most the gap between them. A thread whose events come further apart
-// sleeps at once, so an idle program pays one budget, not one per event;
-// it polls again after any wait that ended within the budget.
+// USIW_CQ_EVENT_POLL_US: unless its last kLongWaits waits for an event
+// each lasted longer than that. Events that close together are a
+// ping-pong or a stream, where sleeping costs two thread wake-ups a
+// message (the engine's for the socket, then the application's on the
+// channel; ib_send_lat -e on loopback: 29-31 us against sockperf's 10-15)
+// and the polling costs at most the gap between them. One long wait is no
+// sign: a ping-pong's rare late round would otherwise make the next wait
+// sleep, whose two wake-ups make the round after it late too, and a run
+// fell into sleeping for thousands of rounds (averages 19-33 us in 3 of 6
+// runs on loopback, against 12 in the others, when a single long wait
+// stopped the polling). A thread whose events come further apart sleeps at
+// once after kLongWaits of them, so an idle program pays that many budgets
+// after each busy spell, not one per event.
 class ChannelWaitPolling {
   public:
+    static constexpr unsigned kLongWaits = 4;
+
     explicit ChannelWaitPolling(uint64_t budget_ns) : budget_ns_(budget_ns) {}
 
     // Whether polling is on at all (a budget of 0 turns it off).
     bool enabled() const { return budget_ns_ != 0; }
-
     // How long the next wait may poll before it sleeps (0: not at all).
-    uint64_t poll_ns() const { return polls_ ? budget_ns_ : 0; }
+    uint64_t poll_ns() const { return long_waits_ < kLongWaits ? budget_ns_ : 0; }
     // A wait for an event ended after `waited_ns`, polling and sleeping
     // included.
-    void waited(uint64_t waited_ns) { polls_ = waited_ns <= budget_ns_; }
+    void waited(uint64_t waited_ns) {
+        if (waited_ns <= budget_ns_)
+            long_waits_ = 0;
+        else if (long_waits_ < kLongWaits)
+            ++long_waits_;
+    }
 
   private:
     uint64_t budget_ns_;
-    bool polls_ = true;  // a thread's first wait polls
+    unsigned long_waits_ = 0;  // in a row, up to kLongWaits
 };
 
 // USIW_ENGINE_SCHED (host/settings.h): auto (BatchGovernor decides; the

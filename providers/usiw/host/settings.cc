@@ -47,10 +47,10 @@ constexpr Setting kAll[] = {
      Scope::kProvider},
     {"USIW_CQ_EVENT_POLL_US", "microseconds, 0 to 1000000 (0: off)", "50",
      "how long ibv_get_cq_event may do usiw's receive and transmit work in the calling thread, "
-     "as a polling poll_cq does, before it sleeps on the completion channel; only when that "
-     "thread's previous wait for an event ended within this time (a ping-pong, a stream), so "
-     "that each completion costs no thread wake-up. A thread whose events come further apart "
-     "sleeps at once",
+     "as a polling poll_cq does, before it sleeps on the completion channel, so that in a "
+     "ping-pong or a stream each completion costs no thread wake-up. A thread whose last 4 "
+     "waits for an event each lasted longer than this sleeps at once, until a wait ends "
+     "within it",
      Scope::kProvider},
     {"USIW_PEER_TIMEOUT_MS", "milliseconds, 0 to 999999999 (0: off)", "60000",
      "how long a connection's peer may stay silent while we wait for it (data unacknowledged, "
