@@ -17,7 +17,10 @@
 #             "ib_write_bw*": QPs connected by ibv_modify_qp, through the
 #             rendezvous), ib_write_bw -R -q 8 at 64 B (row
 #             "ib_write_bw-q8": eight QPs' message rate, whose reference is
-#             not raw TCP but the single-QP ib_write_bw 64 B row), rdma_cm
+#             not raw TCP but the single-QP ib_write_bw 64 B row), two
+#             ib_write_bw -R -s 64 pairs at once (row "ib_write_bw-2p", the
+#             same reference, and "ib_write_bw-2p-min": the slower pair's
+#             rate against the faster's), rdma_cm
 #             connection setup rate (usiw_connrate)
 # on loopback and between two network namespaces joined by a veth pair
 # (root only). CPU seconds per GiB: user + system time of both ends (server
@@ -42,7 +45,7 @@
 # (scripts/qemu/zerocopy_guest.sh): how USIW_ZCOPY_MIN was chosen.
 #
 # With --msgrate it measures only the 64-byte message rates: sockperf tp,
-# and ib_{write,send,read}_bw -R -s 64 and ib_write_bw -R -q 8 (a quick
+# ib_{write,send,read}_bw -R -s 64, ib_write_bw -R -q 8 and two pairs at once (a quick
 # check of the small-message path, before and after a change to it).
 # With --latency, only the 8-byte latencies: sockperf ping-pong, and
 # ib_write_lat, ib_send_lat and ib_send_lat -e with their 99.9th percentiles.
@@ -283,11 +286,12 @@ cm_args=(-R)
 perftest_row() {  # LOG SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR TEST ARGS...
     local log=$1${RUN:+.run$RUN} sconf=$2 snet=$3 cconf=$4 cnet=$5 addr=$6 test=$7
     shift 7
-    server_client 18600 "$snet" 10 "$log.server" "$log.client" \
+    local port=${perftest_port:-18600}
+    server_client "$port" "$snet" 10 "$log.server" "$log.client" \
         with_links "$sconf" in_ns "$snet" "${cputime[@]}" "$log.cpu-server" \
-        timeout 120 "$usiw" run "$test" "${cm_args[@]}" -F -d usiw0 -p 18600 "$@" \
+        timeout 120 "$usiw" run "$test" "${cm_args[@]}" -F -d usiw0 -p "$port" "$@" \
         -- with_links "$cconf" in_ns "$cnet" "${cputime[@]}" "$log.cpu-client" \
-        timeout 120 "$usiw" run "$test" "${cm_args[@]}" -F -d usiw0 -p 18600 "$@" "$addr" ||
+        timeout 120 "$usiw" run "$test" "${cm_args[@]}" -F -d usiw0 -p "$port" "$@" "$addr" ||
         echo "bench.sh: $test $*: no server after 10 s" >&2
     local r
     r=$(grep -E '^ *[0-9]+ +[0-9]+ +[0-9.]+' "$log.client" | tail -n 1) || true
@@ -362,13 +366,47 @@ bw_row() {
     fi
 }
 
+# two_pairs LOG SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR TEST SIZE:
+# two perftest pairs (four processes) at once, each a bw_row on a port of
+# its own; prints "aggregate slower faster" (their message rates, Mmsg/s),
+# or nothing unless both added up.
+two_pairs() {
+    local log=$1 first second
+    shift
+    perftest_port=18600 bw_row "$log-p1" "$@" >"$log-p1${RUN:+.run$RUN}.row" &
+    first=$!
+    perftest_port=18610 bw_row "$log-p2" "$@" >"$log-p2${RUN:+.run$RUN}.row" &
+    second=$!
+    wait "$first" "$second" || true
+    cat "$log-p1${RUN:+.run$RUN}.row" "$log-p2${RUN:+.run$RUN}.row" | awk '
+        NF >= 5 { rate[++n] = $5 }
+        END {
+            if (n != 2) exit
+            lo = rate[1] < rate[2] ? rate[1] : rate[2]
+            hi = rate[1] < rate[2] ? rate[2] : rate[1]
+            printf "%.3f %.3f %.3f\n", rate[1] + rate[2], lo, hi
+        }'
+}
+
+# Two processes at once: two perftest pairs of ib_write_bw -R -s 64, their
+# aggregate against the single pair's rate (WRITE64), and the slower
+# pair's rate against the faster's (1 is fair).
+two_pair_rows() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR WRITE64
+    local path=$1 r
+    r=$(median_of 1 two_pairs "$logs/$path-ib_write_bw-2p-64" "${@:2:5}" ib_write_bw 64)
+    [ -n "$r" ] || echo "bench.sh: $path: two ib_write_bw pairs at once gave no sound result in" \
+        "$runs run(s); rows ib_write_bw-2p left blank" >&2
+    row "$path" ib_write_bw-2p 64 Mmsg/s "$(awk '{print $1}' <<<"$r")" "$7"
+    row "$path" ib_write_bw-2p-min 64 Mmsg/s "$(awk '{print $2}' <<<"$r")" "$(awk '{print $3}' <<<"$r")"
+}
+
 # quotient A B: A / B to two places, or nothing without both.
 quotient() {
     [ -n "$1" ] && [ -n "$2" ] && /usr/bin/python3 -c "print('%.2f' % ($1 / $2))" 2>/dev/null || true
 }
 
 # The table's columns: path test bytes metric usiw raw-TCP ratio vs-iperf3.
-table_format='%-9s %-14s %9s  %-10s %12s %12s %7s %9s\n'
+table_format='%-9s %-18s %9s  %-10s %12s %12s %7s %9s\n'
 
 # row PATH TEST SIZE METRIC USIW RAW [DEFAULT_RAW]: one line of the table
 # and the CSV. DEFAULT_RAW, for the target sizes' throughput, is the
@@ -399,6 +437,7 @@ measure_msgrate() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
     r=$(median_of 4 bw_row "$logs/$path-ib_write_bw-q8-64" "$sconf" "$snet" "$cconf" "$cnet" \
         "$addr" ib_write_bw 64 -q 8)
     row "$path" ib_write_bw-q8 64 Mmsg/s "$(awk '{print $5}' <<<"$r")" "$write64"
+    two_pair_rows "$path" "$sconf" "$snet" "$cconf" "$cnet" "$addr" "$write64"
 }
 
 # latency_rows PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR LAT8 LAT4K P999
@@ -529,6 +568,7 @@ measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
     [ -n "$r" ] || echo "bench.sh: $path: ib_write_bw -R -q 8 gave no sound result in" \
         "$runs run(s); row ib_write_bw-q8 left blank" >&2
     row "$path" ib_write_bw-q8 64 Mmsg/s "$(awk '{print $5}' <<<"$r")" "${write64:-}"
+    two_pair_rows "$path" "$sconf" "$snet" "$cconf" "$cnet" "$addr" "${write64:-}"
     latency_rows "$@" "$lat8" "$lat4k" "$p999" "8 4096" ib_write_lat ib_send_lat ib_read_lat \
         ib_send_lat-e
     local tcp_conns
@@ -544,7 +584,9 @@ printf "$table_format" path test bytes metric usiw raw-TCP ratio vs-iperf3
 echo "(raw-TCP at 64 KiB and 1 MiB: iperf3 writing that size, alternating with usiw;" \
     "vs-iperf3: usiw over the default iperf3 row; ib_write_bw*: without -R, QPs connected" \
     "by ibv_modify_qp; ib_write_bw-q8: 8 QPs, its raw-TCP column is the single-QP" \
-    "ib_write_bw 64 B rate; ib_send_lat-e: sleeping on the completion channel; p99.9_usec:" \
+    "ib_write_bw 64 B rate; ib_write_bw-2p: two perftest pairs at once, their aggregate" \
+    "against the same; ib_write_bw-2p-min: the slower pair's rate, its raw-TCP column the" \
+    "faster's; ib_send_lat-e: sleeping on the completion channel; p99.9_usec:" \
     "the 99.9th percentile)"
 links_dir "$work/lo"
 if [ "$where" != netns ]; then
