@@ -154,7 +154,7 @@ class ProgressLockWait {
 // Whether a thread about to sleep on a completion channel
 // (ibv_get_cq_event) should first do the engine's work itself, for up to
 // USIW_CQ_EVENT_POLL_US: unless its last kLongWaits waits for an event
-// each lasted longer than that. Events that close together are a
+// each lasted longer than that. Events that come close together are a
 // ping-pong or a stream, where sleeping costs two thread wake-ups a
 // message (the engine's for the socket, then the application's on the
 // channel; ib_send_lat -e on loopback: 29-31 us against sockperf's 10-15)
