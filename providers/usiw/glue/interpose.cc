@@ -372,13 +372,14 @@ ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
 }
 
 // Waits for the event as libibverbs does (a read on the channel's fd), but
-// for a usiw device's channel first does usiw's work in this thread while
-// events come close together (verbs/cq.cc): the event then needs no thread
-// wake-up at all.
+// for a kernel-less usiw device's channel first does usiw's work in this
+// thread while events come close together (verbs/cq.cc): the event then
+// needs no thread wake-up at all. (The kernel shim's channels are the
+// kernel's: libibverbs reads them as it always does.)
 int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) {
     using Fn = int (*)(ibv_comp_channel*, ibv_cq**, void**);
     static const Fn next = real<Fn>("ibv_get_cq_event", "IBVERBS_1.1");
-    if (!usiw_device(channel->context->device))
+    if (!device_of(channel->context))
         return next(channel, cq, cq_context);
     return get_cq_event(channel, cq, cq_context, next);
 }

@@ -159,15 +159,10 @@ bool readable(int fd) {
     return ::poll(&p, 1, 0) > 0;
 }
 
-// The polling part of get_cq_event: true with the event in `*cq` when one
-// came while the thread polled. A kernel-less context's channel hands its
-// events over in memory meanwhile (channel_poll_start); a kernel channel
-// (the shim's) is watched for input.
+// The polling part of get_cq_event: true when an event came while the
+// thread polled, with it in `*cq` if it was handed over in memory
+// (channel_poll_start) rather than left in the pipe.
 bool poll_for_event(ibv_comp_channel* channel, uint64_t poll_ns, ibv_cq** cq) {
-    if (to_context(channel->context)->backing) {
-        // Left in the kernel's channel for the read that follows.
-        return poll_before_sleep(poll_ns, [fd = channel->fd] { return readable(fd); });
-    }
     auto* ours = reinterpret_cast<CompChannel*>(channel);
     channel_poll_start(ours);
     Cq* handed = nullptr;

@@ -94,9 +94,10 @@ int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc);
 int req_notify_cq(ibv_cq* cq, int solicited_only);
 int resize_cq(ibv_cq* cq, int cqe);
 void cq_event(ibv_cq* cq);
-// ibv_get_cq_event for a usiw device's channel (glue/interpose.cc): polls
-// before it sleeps, as ChannelWaitPolling advises (USIW_CQ_EVENT_POLL_US),
-// then reads the event with libibverbs' own `read_event`.
+// ibv_get_cq_event for a kernel-less usiw device's channel (a CompChannel,
+// glue/interpose.cc): polls before it sleeps, as ChannelWaitPolling advises
+// (USIW_CQ_EVENT_POLL_US), then reads the event with libibverbs' own
+// `read_event` unless it was handed over in memory.
 using GetCqEvent = int (*)(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context);
 int get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context, GetCqEvent read_event);
 
