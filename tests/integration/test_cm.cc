@@ -30,7 +30,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <future>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -292,6 +295,56 @@ void test_ipv4_client_disconnects(void**) {
 
 void test_ipv6_server_disconnects(void**) {
     connect_accept_disconnect("::1", true);
+}
+
+// --- rdma_cm's QPs and the rendezvous ---
+
+// This process's Unix sockets, by inode. Joining the rendezvous of QPs
+// connected by ibv_modify_qp (as its broker or as a member) opens one,
+// which stays until the process exits.
+std::set<unsigned long> own_unix_sockets() {
+    std::set<unsigned long> unix_inodes;
+    std::ifstream table("/proc/self/net/unix");
+    std::string line;
+    std::getline(table, line);  // the header
+    while (std::getline(table, line)) {
+        unsigned long inode = 0;
+        if (std::sscanf(line.c_str(), "%*s %*s %*s %*s %*s %*s %lu", &inode) == 1)
+            unix_inodes.insert(inode);
+    }
+    std::set<unsigned long> own;
+    for (const auto& fd : std::filesystem::directory_iterator("/proc/self/fd")) {
+        std::error_code ec;
+        const std::string target = std::filesystem::read_symlink(fd.path(), ec).string();
+        unsigned long inode = 0;
+        if (!ec && std::sscanf(target.c_str(), "socket:[%lu]", &inode) == 1 &&
+            unix_inodes.count(inode))
+            own.insert(inode);
+    }
+    return own;
+}
+
+// The QPs of rdma_create_qp are connected by rdma_cm, never by
+// ibv_modify_qp: they stay out of the rendezvous, whose registration would
+// cost a message to its broker and a wake-up of the CM engine at every
+// connection's QP creation and destruction. A QP of ibv_create_qp joins it
+// (which shows that the check sees a join). First in its list: before this
+// process has made any QP.
+void test_rdma_cm_qps_stay_out_of_the_rendezvous(void**) {
+    const std::set<unsigned long> before = own_unix_sockets();
+    connect_accept_disconnect("127.0.0.1", false);
+    assert_true(own_unix_sockets() == before);
+
+    // The fixture's QP (tests/unit/fixture.h): a context of its own on usiw0.
+    usiw::test::QpOpts small;
+    small.send_wr = small.recv_wr = small.sge = 1;
+    small.inline_data = 0;
+    const usiw::test::Host h = usiw::test::new_host();
+    ibv_cq* cq = usiw::test::new_cq(h, 4);
+    usiw::test::new_qp(h, cq, cq, small);
+    const bool joined = own_unix_sockets().size() > before.size();
+    usiw::test::release_all();
+    assert_true(joined);
 }
 
 // --- refused connections ---
@@ -1058,6 +1111,7 @@ int main(int argc, char** argv) {
     // usiw on both ends only: the runs that set MPA knobs (CRC, RTR types,
     // revision 1) repeat these; the raw-socket tests assume the defaults.
     const CMUnitTest usiw_to_usiw[] = {
+        cmocka_unit_test(test_rdma_cm_qps_stay_out_of_the_rendezvous),
         cmocka_unit_test(test_ipv4_client_disconnects),
         cmocka_unit_test(test_ipv6_server_disconnects),
         cmocka_unit_test(test_reject_with_private_data),
@@ -1066,6 +1120,7 @@ int main(int argc, char** argv) {
     if (argc > 1 && std::strcmp(argv[1], "--usiw-to-usiw") == 0)
         return cmocka_run_group_tests(usiw_to_usiw, nullptr, nullptr);
     const CMUnitTest tests[] = {
+        cmocka_unit_test(test_rdma_cm_qps_stay_out_of_the_rendezvous),
         cmocka_unit_test(test_ipv4_client_disconnects),
         cmocka_unit_test(test_ipv6_server_disconnects),
         cmocka_unit_test(test_reject_with_private_data),

@@ -12,6 +12,7 @@
 #include "cm/connection.h"
 #include "cm/id.h"
 #include "verbs/objects.h"
+#include "verbs/qp_connector.h"
 
 namespace usiw::cm::user {
 
@@ -90,7 +91,11 @@ int create_qp_ex(CmId* c, ibv_qp_init_attr_ex* attr) {
         attr->recv_cq = id->recv_cq;
     if (id->srq && !attr->srq)
         attr->srq = id->srq;
-    ibv_qp* qp = ibv_create_qp_ex(id->verbs, attr);
+    ibv_qp* qp;
+    {
+        QpCreatedByRdmaCm by_rdma_cm;  // no rendezvous registration
+        qp = ibv_create_qp_ex(id->verbs, attr);
+    }
     if (!qp) {
         const int err = errno ? errno : ENOMEM;
         destroy_cqs(id);

@@ -266,7 +266,8 @@ ibv_qp* create_qp_common(ibv_pd* ibpd, ibv_qp_init_attr_ex* attr) {
         ctx->qps[qp_num] = qp;
     }
     attach_to_cqs(qp);
-    if (QpConnector* connector = qp_connector())
+    QpConnector* connector = qp_connector();
+    if (connector && !QpCreatedByRdmaCm::active())
         connector->qp_created(qp);
     return &q;
 }

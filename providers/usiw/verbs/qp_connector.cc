@@ -7,7 +7,20 @@ namespace usiw {
 
 namespace {
 std::atomic<QpConnector*> installed{nullptr};
+thread_local int creating_for_rdma_cm = 0;
 }  // namespace
+
+QpCreatedByRdmaCm::QpCreatedByRdmaCm() {
+    ++creating_for_rdma_cm;
+}
+
+QpCreatedByRdmaCm::~QpCreatedByRdmaCm() {
+    --creating_for_rdma_cm;
+}
+
+bool QpCreatedByRdmaCm::active() {
+    return creating_for_rdma_cm > 0;
+}
 
 QpConnector* qp_connector() {
     return installed.load(std::memory_order_acquire);

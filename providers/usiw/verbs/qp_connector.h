@@ -40,6 +40,22 @@ class QpConnector {
     ~QpConnector() = default;
 };
 
+// Lives on the stack of connection management's rdma_create_qp while it
+// calls ibv_create_qp_ex: the QP created meanwhile on this thread belongs to
+// an rdma_cm id, which connects it, so the connector never registers it.
+// (A registration costs a message to the rendezvous broker and a wake-up of
+// the CM engine at the QP's creation and again at its destruction: on
+// every rdma_cm connection, for nothing.)
+class QpCreatedByRdmaCm {
+  public:
+    QpCreatedByRdmaCm();
+    ~QpCreatedByRdmaCm();
+    QpCreatedByRdmaCm(const QpCreatedByRdmaCm&) = delete;
+    QpCreatedByRdmaCm& operator=(const QpCreatedByRdmaCm&) = delete;
+    // Whether one lives on this thread.
+    static bool active();
+};
+
 // The connector, or nullptr while none is installed (then a modify that
 // names a peer fails with EOPNOTSUPP).
 QpConnector* qp_connector();
