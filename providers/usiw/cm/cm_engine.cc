@@ -63,6 +63,8 @@ constexpr uint64_t kTimerToken = UINT64_MAX;  // never a client's: tokens count 
 // needs no wake-up: the thread frees the retired at the end of its batch
 // and reads the nearest deadline before it waits again.
 thread_local bool t_on_engine_thread = false;
+// InboxDrainScopes open on this thread.
+thread_local int t_drain_scopes = 0;
 constexpr int kMaxEventsPerWait = 64;
 
 // Runs one piece of CM work on the engine thread. Nothing may escape: an
@@ -242,19 +244,20 @@ void Engine::retire(EngineClient* client) {
             ++it;
     }
     impl_->retired.push_back(client);
-    if (t_on_engine_thread)
-        return;  // freed at the end of this batch
+    if (t_on_engine_thread || t_drain_scopes > 0)
+        return;  // freed at the end of this batch, or of the scope
     if (impl_->started.load())
         impl_->wake();  // freed at the end of the engine's next batch
     else
         free_retired();
 }
 
-void Engine::free_retired() {
+bool Engine::free_retired() {
     std::vector<EngineClient*> retired;
     retired.swap(impl_->retired);
     for (EngineClient* c : retired)
         delete c;
+    return !retired.empty();
 }
 
 void Engine::post(InboxItem* item) {
@@ -267,7 +270,8 @@ void Engine::post(InboxItem* item) {
             impl_->inbox_head = item;
         impl_->inbox_tail = item;
     }
-    impl_->wake();
+    if (t_drain_scopes == 0)
+        impl_->wake();
 }
 
 void Engine::drain_inbox() {
@@ -284,6 +288,26 @@ void Engine::drain_inbox() {
         }
         item->run_in_engine();
     }
+}
+
+InboxDrainScope::InboxDrainScope() {
+    Engine::get().drain_inbox();
+    ++t_drain_scopes;
+}
+
+InboxDrainScope::~InboxDrainScope() {
+    if (t_drain_scopes > 1) {
+        --t_drain_scopes;
+        return;
+    }
+    // Still counted meanwhile: what the items and the freed clients post or
+    // retire (a connection retires itself when its stream's end is taken)
+    // is done here too, not handed to the engine's thread.
+    Engine& engine = Engine::get();
+    do {
+        shielded([&] { engine.drain_inbox(); });
+    } while (engine.free_retired());
+    t_drain_scopes = 0;
 }
 
 void Engine::run_timers() {

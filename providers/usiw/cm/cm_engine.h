@@ -42,6 +42,22 @@ class InboxItem {
     InboxItem* next_in_inbox_ = nullptr;
 };
 
+// An rdma_* call's stretch under the CM lock that ends with the call
+// running the inbox itself. What its thread posts meanwhile (a stream that
+// ended inside rdma_disconnect) and the clients it retires need no wake-up
+// of the engine's thread, which would find the work done and only contend
+// for the CM lock: the scope runs the inbox when it begins (the call must
+// see what the datapath reported) and again when it ends, then frees the
+// retired. Construct it right after taking the CM lock, so that it ends
+// before the lock is let go. Scopes nest; the outermost does the work.
+class InboxDrainScope {
+  public:
+    InboxDrainScope();
+    ~InboxDrainScope();
+    InboxDrainScope(const InboxDrainScope&) = delete;
+    InboxDrainScope& operator=(const InboxDrainScope&) = delete;
+};
+
 class Engine {
   public:
     // The process's engine, thread started on first use. All members but
@@ -60,11 +76,13 @@ class Engine {
     void cancel_timer(EngineClient* client);
 
     // Frees `client` once the engine can no longer be inside it (its fd
-    // unwatched and timer cancelled first).
+    // unwatched and timer cancelled first): at the end of the engine's
+    // batch, or of the InboxDrainScope the caller is in.
     void retire(EngineClient* client);
 
-    // From any thread, any locks but the CM lock held: runs item under the
-    // CM lock on the engine thread (or in drain_inbox(), whichever first).
+    // From any thread, any locks but the CM lock held (or in an
+    // InboxDrainScope): runs item under the CM lock on the engine thread,
+    // or in drain_inbox(), whichever first.
     void post(InboxItem* item);
     // Starts the engine's thread if it is not running; safe with or without
     // the CM lock (hooks of the verbs layer may run under it). 0 or errno.
@@ -76,10 +94,11 @@ class Engine {
     void drain_inbox();
 
   private:
+    friend class InboxDrainScope;
     Engine();
     void run();
     void run_timers();
-    void free_retired();
+    bool free_retired();  // whether there were any
     int start_locked();
     int start_thread();
 

@@ -468,7 +468,7 @@ int listen(CmId* c, int backlog) {
 int connect(CmId* c, const rdma_conn_param* param) {
     {
         std::lock_guard lock(cm_mutex());
-        Engine::get().drain_inbox();
+        InboxDrainScope inbox;
         if (int err = check_conn_param(c, param))
             return err;
         if (c->state != IdState::kRouteResolved)
@@ -492,7 +492,7 @@ int connect(CmId* c, const rdma_conn_param* param) {
 int accept(CmId* c, const rdma_conn_param* param) {
     {
         std::lock_guard lock(cm_mutex());
-        Engine::get().drain_inbox();
+        InboxDrainScope inbox;
         if (int err = check_conn_param(c, param))
             return err;
         if (c->state != IdState::kConnectRequest || !c->conn)
@@ -529,20 +529,19 @@ int disconnect(CmId* c) {
     bool wait = false;
     {
         std::lock_guard lock(cm_mutex());
-        // A QP the application destroyed reported its stream's end: see it
-        // before touching the connection.
-        Engine::get().drain_inbox();
+        // A QP the application destroyed reported its stream's end: the
+        // scope runs the inbox before the connection is touched.
+        InboxDrainScope inbox;
         switch (c->state) {
             case IdState::kEstablished:
             case IdState::kConnecting:
             case IdState::kConnectRequest:
             case IdState::kAccepting:
-                wait = c->conn && c->conn->disconnect();
                 // A stream with nothing left to send ends inside
-                // qp_disconnect and reports it through the inbox: deliver
-                // DISCONNECTED now rather than after a round through the
-                // engine's thread.
-                Engine::get().drain_inbox();
+                // qp_disconnect and reports it through the inbox: the scope
+                // delivers DISCONNECTED when it ends, without a round
+                // through the engine's thread.
+                wait = c->conn && c->conn->disconnect();
                 break;
             case IdState::kDisconnected:
                 // Already over; a synchronous id still collects its event.

@@ -169,7 +169,7 @@ int destroy_id(rdma_cm_id* id) {
     const IdOps& ops = ops_of(c);
     {
         std::lock_guard lock(cm_mutex());
-        Engine::get().drain_inbox();
+        InboxDrainScope inbox;
         enter(&c->state, IdState::kDestroying, c);
         ops.close(c);
         // Events not yet taken go with the id; a withdrawn CONNECT_REQUEST
