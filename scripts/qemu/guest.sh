@@ -31,6 +31,9 @@
 # Environment: USIW_QEMU_DIR (default build/qemu) holds siw.ko and the
 # initramfs; USIW_QEMU_MEM (MiB, default 2048), USIW_QEMU_CPUS (default 2),
 # USIW_QEMU_TIMEOUT (seconds for the whole boot, default 1200).
+# USIW_GUEST_LOCKUP_RETRIES=N boots the guest again, up to N times, when its
+# kernel reports a soft lockup (always shown, and a failure once the
+# retries are spent).
 # USIW_QEMU_NICS=N (root only) gives the guest N virtio-net NICs on one
 # Ethernet segment: tap devices joined by a bridge in a network namespace of
 # their own on this machine (qemu runs in it), so nothing reaches this
@@ -203,13 +206,39 @@ run() {
                 -device "virtio-net-pci,netdev=n$i,mac=52:54:00:00:00:$(printf %02x "$i")")
         done
     fi
-    "${netns[@]}" timeout "${USIW_QEMU_TIMEOUT:-1200}" qemu-system-x86_64 -accel tcg -m "${USIW_QEMU_MEM:-2048}" \
-        -smp "${USIW_QEMU_CPUS:-2}" -nographic -no-reboot -nodefaults -serial stdio \
-        -kernel "/boot/vmlinuz-$abi" -initrd "$qdir/initrd-$abi.gz" \
-        -append "console=ttyS0 quiet loglevel=3 panic=-1" \
-        -virtfs local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap \
-        -virtfs "local,path=$share,mount_tag=share,security_model=none" "${nics[@]}" \
-        >"$share/console" 2>&1 || rc=$?
+    # A soft lockup is the guest kernel's own failure, not the script's:
+    # its trace is shown (loglevel 5 puts it on the console), the guest is
+    # stopped at once rather than at the timeout, and with
+    # USIW_GUEST_LOCKUP_RETRIES=N it is booted again, up to N times.
+    local retries=${USIW_GUEST_LOCKUP_RETRIES:-0} lockup qemu_pid
+    while :; do
+        "${netns[@]}" timeout "${USIW_QEMU_TIMEOUT:-1200}" qemu-system-x86_64 -accel tcg \
+            -m "${USIW_QEMU_MEM:-2048}" -smp "${USIW_QEMU_CPUS:-2}" -nographic -no-reboot -nodefaults \
+            -serial stdio -kernel "/boot/vmlinuz-$abi" -initrd "$qdir/initrd-$abi.gz" \
+            -append "console=ttyS0 quiet loglevel=5 panic=-1" \
+            -virtfs local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap \
+            -virtfs "local,path=$share,mount_tag=share,security_model=none" "${nics[@]}" \
+            >"$share/console" 2>&1 &
+        qemu_pid=$!
+        lockup=0
+        while kill -0 "$qemu_pid" 2>/dev/null; do
+            if [ "$lockup" -eq 0 ] && grep -q 'soft lockup' "$share/console" 2>/dev/null; then
+                lockup=1
+                sleep 10  # the rest of the trace
+                kill "$qemu_pid" 2>/dev/null || true
+            fi
+            sleep 1
+        done
+        rc=0
+        wait "$qemu_pid" || rc=$?
+        [ "$lockup" -eq 1 ] || break
+        say "the guest's kernel reported a soft lockup (a kernel failure, not the script's):"
+        grep -a -A 40 -m 1 'soft lockup' "$share/console" | head -n 60 >&2 || true
+        [ "$retries" -gt 0 ] || { cleanup_share; exit 1; }
+        retries=$((retries - 1))
+        say "booting the guest again"
+        rm -f "$share/booted" "$share/rc" "$share/output" "$share/console"
+    done
     [ ${#netns[@]} -eq 0 ] || ip netns del "${netns[3]}"
     if [ ! -f "$share/booted" ]; then
         say "the guest did not reach the script (qemu exit $rc): skipped"

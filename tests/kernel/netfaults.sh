@@ -14,4 +14,10 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 build=$(cd "${1:?usage: netfaults.sh BUILD_DIR}" && pwd)
+# Debian's 6.1 guest kernel has soft-locked a CPU here (once, in "pedit, CRC
+# off", in a CI run of 2026-12-03, its trace not kept; not seen again in 9
+# runs of that scenario alone and the whole test's runs since): a second
+# boot then runs every scenario again, the lockup's trace shown
+# (scripts/qemu/guest.sh).
+export USIW_GUEST_LOCKUP_RETRIES=${USIW_GUEST_LOCKUP_RETRIES:-1}
 exec "$top/scripts/qemu/guest.sh" run "$here/netfaults_guest.sh" "$build"
