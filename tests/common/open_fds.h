@@ -2,15 +2,17 @@
 // The calling process's open descriptors, by number, each with what it is
 // open on (the target of its /proc/self/fd link): what tests compare before
 // and after to show that nothing leaked and nothing was closed that the
-// program owns.
+// program owns. And which of them are Unix sockets.
 #pragma once
 
 #include <dirent.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -42,6 +44,23 @@ inline std::optional<std::map<int, std::string>> open_fds() {
     }
     closedir(d);
     return fds;
+}
+
+// The inodes of the Unix sockets of this network namespace
+// (/proc/self/net/unix), as they appear in a descriptor's target
+// "socket:[INODE]".
+inline std::set<std::string> unix_socket_inodes() {
+    std::set<std::string> inodes;
+    char line[512];
+    FILE* f = std::fopen("/proc/self/net/unix", "r");
+    while (f && std::fgets(line, sizeof line, f)) {
+        unsigned long inode = 0;
+        if (std::sscanf(line, "%*s %*s %*s %*s %*s %*s %lu", &inode) == 1)
+            inodes.insert(std::to_string(inode));
+    }
+    if (f)
+        std::fclose(f);
+    return inodes;
 }
 
 }  // namespace usiw_test

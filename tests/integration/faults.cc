@@ -149,22 +149,6 @@ std::set<std::string> broker_sockets() {
     return inodes;
 }
 
-// The inodes of this process's Unix sockets (the rendezvous' links between
-// processes are some).
-std::set<std::string> unix_socket_inodes() {
-    std::set<std::string> inodes;
-    char line[512];
-    FILE* f = std::fopen("/proc/self/net/unix", "r");
-    while (f && std::fgets(line, sizeof line, f)) {
-        unsigned long inode = 0;
-        if (std::sscanf(line, "%*s %*s %*s %*s %*s %*s %lu", &inode) == 1)
-            inodes.insert(std::to_string(inode));
-    }
-    if (f)
-        std::fclose(f);
-    return inodes;
-}
-
 // The process's open descriptors, by number, with what each is open on;
 // the rendezvous broker's sockets left out. `unix_fds` gets those that are
 // Unix sockets.
@@ -175,7 +159,7 @@ struct Fds {
 
 Fds open_fds() {
     const std::set<std::string> broker = broker_sockets();
-    const std::set<std::string> unix_inodes = unix_socket_inodes();
+    const std::set<std::string> unix_inodes = usiw_test::unix_socket_inodes();
     Fds fds;
     for (auto& [fd, target] : usiw_test::open_fds().value_or(std::map<int, std::string>{})) {
         if (target.compare(0, 8, "socket:[") == 0) {

@@ -30,15 +30,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <future>
+#include <map>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "fixture.h"
+#include "open_fds.h"
 
 // cmocka last: it defines macros (fail, skip) that clash with the standard
 // library's names. cmocka 1.1.5 declares its functions without extern "C".
@@ -302,23 +302,14 @@ void test_ipv6_server_disconnects(void**) {
 // This process's Unix sockets, by inode. Joining the rendezvous of QPs
 // connected by ibv_modify_qp (as its broker or as a member) opens one,
 // which stays until the process exits.
-std::set<unsigned long> own_unix_sockets() {
-    std::set<unsigned long> unix_inodes;
-    std::ifstream table("/proc/self/net/unix");
-    std::string line;
-    std::getline(table, line);  // the header
-    while (std::getline(table, line)) {
-        unsigned long inode = 0;
-        if (std::sscanf(line.c_str(), "%*s %*s %*s %*s %*s %*s %lu", &inode) == 1)
-            unix_inodes.insert(inode);
-    }
-    std::set<unsigned long> own;
-    for (const auto& fd : std::filesystem::directory_iterator("/proc/self/fd")) {
-        std::error_code ec;
-        const std::string target = std::filesystem::read_symlink(fd.path(), ec).string();
-        unsigned long inode = 0;
-        if (!ec && std::sscanf(target.c_str(), "socket:[%lu]", &inode) == 1 &&
-            unix_inodes.count(inode))
+std::set<std::string> own_unix_sockets() {
+    const std::set<std::string> unix_inodes = usiw_test::unix_socket_inodes();
+    std::set<std::string> own;
+    for (const auto& [fd, target] : usiw_test::open_fds().value_or(std::map<int, std::string>{})) {
+        if (target.compare(0, 8, "socket:[") != 0)
+            continue;
+        const std::string inode = target.substr(8, target.size() - 9);  // within the brackets
+        if (unix_inodes.count(inode))
             own.insert(inode);
     }
     return own;
@@ -331,7 +322,7 @@ std::set<unsigned long> own_unix_sockets() {
 // (which shows that the check sees a join). First in its list: before this
 // process has made any QP.
 void test_rdma_cm_qps_stay_out_of_the_rendezvous(void**) {
-    const std::set<unsigned long> before = own_unix_sockets();
+    const std::set<std::string> before = own_unix_sockets();
     connect_accept_disconnect("127.0.0.1", false);
     assert_true(own_unix_sockets() == before);
 
