@@ -62,15 +62,19 @@ class Engine {
         }
         socket_watch_remove(s);
         {
-            std::lock_guard lock(retired_mutex_);
-            retired_.push_back(s);
+            // A batch taken before the stream was marked dead may still be
+            // using it (its device counter is reached through the QP's
+            // context, which the application may free as soon as
+            // destroy_qp returns): wait until that batch is done. Batches
+            // are taken and used only under progress_mutex_, and no caller
+            // of retire holds it; a batch taken after this point cannot
+            // name the stream, whose fd has left the epoll set.
+            std::lock_guard batch_done(progress_mutex_);
         }
-        // A batch taken before the stream was marked dead may still be
-        // using it (its device counter is reached through the QP's context,
-        // which the application may free as soon as destroy_qp returns):
-        // wait until that batch is done. Batches are used only under
-        // progress_mutex_, and no caller of retire holds it.
-        std::lock_guard batch_done(progress_mutex_);
+        // Freed (its socket closed) here and now: left to the engine's
+        // thread, it would wait for that thread's next wake-up.
+        close(s->fd);
+        delete s;
     }
 
     void hold_transmit(Stream* s, uint64_t deadline_ns) {
@@ -214,7 +218,6 @@ class Engine {
                 // (poll_from_app); one that stopped polling without a
                 // verbs call leaves them to this check.
                 release_held(false, false);
-                free_retired();  // the application frees only after a batch
                 continue;
             }
             // What the thread waited for a CPU while it stepped aside is no
@@ -275,23 +278,7 @@ class Engine {
             if (!s->dead.load())
                 socket_watch_settle(s);
         }
-        free_retired();
         return n;
-    }
-
-    // Streams retired before this point cannot appear in a later batch:
-    // their fds left the epoll set before it was taken, and batches are
-    // taken and used under progress_mutex_, which the caller holds.
-    void free_retired() {
-        std::vector<Stream*> doomed;
-        {
-            std::lock_guard lock(retired_mutex_);
-            doomed.swap(retired_);
-        }
-        for (Stream* s : doomed) {
-            close(s->fd);
-            delete s;
-        }
     }
 
     // A stream whose unsignaled work waits for company (transmit_posted),
@@ -308,9 +295,7 @@ class Engine {
     std::atomic<uint64_t> last_app_poll_ns_{0};  // any poll_from_app, busy or not
     std::atomic<bool> stepped_aside_{false};
     std::mutex progress_mutex_;  // one thread at a time takes and uses a batch
-    std::mutex retired_mutex_;   // protects retired_
-    std::vector<Stream*> retired_;
-    std::mutex held_mutex_;  // protects held_, wakes_at_ns_ and Stream::tx_waiting_listed
+    std::mutex held_mutex_;      // protects held_, wakes_at_ns_ and Stream::tx_waiting_listed
     std::vector<HeldTransmit> held_;
     std::atomic<size_t> held_count_{0};  // held_.size(), read without the lock
     uint64_t wakes_at_ns_ = 0;           // when the engine's thread looks next; 0: it is awake

@@ -8,8 +8,8 @@
 //
 // Lifetime. The engine refers to streams, not QPs. A QP being destroyed
 // detaches its stream (marks it dead, removes its fd) and hands it to
-// retire(); the engine frees it after the epoll batch in which a stale event
-// for it could still be seen.
+// retire(), which frees it once no batch of ready events in use can name it
+// (batches are taken and used under one lock, which retire() waits for).
 #pragma once
 
 #include <cstdint>

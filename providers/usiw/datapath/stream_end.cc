@@ -13,6 +13,7 @@
 
 #include "datapath/completion.h"
 #include "datapath/datapath.h"
+#include "datapath/socket_watch.h"
 #include "datapath/stream.h"
 #include "verbs/log.h"
 
@@ -21,6 +22,12 @@ namespace usiw {
 bool stream_end_locked(Stream* s, int how, bool deliver, bool keep_inbound_reads) {
     if (s->ended.exchange(true))
         return false;
+    // Shut both ways, the socket has nothing more to read or write: it
+    // leaves the engine's epoll set first, so that its own hang-up does not
+    // wake the engine's thread for a round that would only take it out.
+    // (A TERMINATE still going out keeps it watched until it has.)
+    if (how == SHUT_RDWR)
+        socket_watch_remove(s);
     shutdown(s->fd, how);
     stream_flush(s, deliver, keep_inbound_reads);
     return true;
