@@ -2,8 +2,9 @@
 // The CM engine's hand-offs (cm/cm_engine.h): work an rdma_* call posts,
 // and clients it retires, inside an InboxDrainScope are done by that call's
 // own thread when the scope ends, before the CM lock is let go (the engine's
-// thread is not woken for them); outside a scope the engine's thread does
-// them.
+// thread is not woken for them); work the datapath's thread posts inside a
+// round (RoundEndScope, datapath/round_end.h) that thread does at the end
+// of the round; anything else the engine's thread does.
 
 #include <atomic>
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <thread>
 
 #include "cm/cm_engine.h"
+#include "datapath/round_end.h"
 
 // cmocka last: it defines macros that clash with the standard library.
 #include <setjmp.h>
@@ -56,6 +58,70 @@ bool becomes_true(const std::atomic<bool>& flag) {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     return true;
+}
+
+// First of all: the engine's thread is not started yet, so only this
+// thread can run what it posts, and a wake-up of the engine would leave the
+// item where it is.
+void test_round_end_runs_the_posts_of_its_round(void**) {
+    Engine& engine = Engine::get();
+    // Static: items left in the inbox by a failure here are run by the
+    // engine's thread in a later test.
+    static Item first, second;
+    bool ran_inside = true;
+    {
+        usiw::RoundEndScope round;
+        engine.post(&first);
+        engine.post(&second);  // one drain of the inbox runs both
+        ran_inside = first.ran.load() || second.ran.load();
+    }
+    assert_false(ran_inside);
+    assert_true(first.ran.load());
+    assert_true(second.ran.load());
+    assert_true(first.ran_on.load() == std::this_thread::get_id());
+}
+
+// Work put off to the end of a round: once each, in order, at the end of
+// the outermost scope only; refused outside a scope and while it ends.
+int g_first_runs = 0, g_second_runs = 0;
+bool g_first_before_second = false;
+bool g_deferred_while_ending = true;
+void first_work() {
+    ++g_first_runs;
+    g_deferred_while_ending = usiw::defer_to_round_end(&first_work);
+}
+void second_work() {
+    g_first_before_second = g_first_runs == 1;
+    ++g_second_runs;
+}
+void other_work() {}
+void yet_another_work() {}
+void one_too_many_work() {}
+
+void test_round_end_defers_each_work_once(void**) {
+    assert_false(usiw::defer_to_round_end(&first_work));  // in no scope
+    int first_runs_inside = -1;
+    bool refused_when_full = false;
+    {
+        usiw::RoundEndScope round;
+        assert_true(usiw::defer_to_round_end(&first_work));
+        {
+            usiw::RoundEndScope inner;  // ignored: its end is no round's end
+            assert_true(usiw::defer_to_round_end(&second_work));
+            assert_true(usiw::defer_to_round_end(&first_work));  // listed already
+        }
+        first_runs_inside = g_first_runs;
+        assert_true(usiw::defer_to_round_end(&other_work));
+        assert_true(usiw::defer_to_round_end(&yet_another_work));
+        refused_when_full = !usiw::defer_to_round_end(&one_too_many_work);
+    }
+    assert_int_equal(first_runs_inside, 0);
+    assert_true(refused_when_full);
+    assert_int_equal(g_first_runs, 1);
+    assert_int_equal(g_second_runs, 1);
+    assert_true(g_first_before_second);
+    assert_false(g_deferred_while_ending);
+    assert_false(usiw::defer_to_round_end(&first_work));  // the scope is gone
 }
 
 void test_scope_runs_its_posts_and_frees_its_retired(void**) {
@@ -108,6 +174,8 @@ void test_engine_does_what_is_handed_outside_a_scope(void**) {
 
 int main(void) {
     const CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_end_runs_the_posts_of_its_round),  // first: no engine yet
+        cmocka_unit_test(test_round_end_defers_each_work_once),
         cmocka_unit_test(test_scope_runs_its_posts_and_frees_its_retired),
         cmocka_unit_test(test_engine_does_what_is_handed_outside_a_scope),
     };

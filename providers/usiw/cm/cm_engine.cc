@@ -21,9 +21,11 @@
 // The datapath must not take the CM lock (it may call stream_ended with a
 // QP lock held, while an rdma_* call holding the CM lock is inside
 // qp_disconnect waiting for that QP lock). So stream_ended only links the
-// connection into the inbox under its own leaf lock and wakes the engine;
-// the inbox is run under the CM lock by the engine, or by an rdma_* call
-// that must see it first (drain_inbox()).
+// connection into the inbox under its own leaf lock; the inbox is run
+// under the CM lock by the datapath's engine thread at the end of its round
+// (datapath/round_end.h), when it holds no lock and the CM lock is free, or
+// else by the engine, woken for it, or by an rdma_* call that must see it
+// first (drain_inbox()).
 //
 // Lifetime. epoll data carries a token, not a pointer: a client that goes
 // away drops its token, and an event already fetched for it finds nothing.
@@ -48,6 +50,7 @@
 #include <vector>
 
 #include "cm/unique_fd.h"
+#include "datapath/round_end.h"
 #include "verbs/log.h"
 
 namespace usiw::cm {
@@ -270,8 +273,27 @@ void Engine::post(InboxItem* item) {
             impl_->inbox_head = item;
         impl_->inbox_tail = item;
     }
-    if (t_drain_scopes == 0)
-        impl_->wake();
+    if (t_drain_scopes > 0)
+        return;  // run as the scope ends
+    // Posted by the datapath's engine thread (a stream ended), which holds
+    // no lock at the end of its round: it runs the inbox itself then, and
+    // the application hears of the stream's end one thread hand-off sooner.
+    if (defer_to_round_end(&Engine::drain_at_round_end))
+        return;
+    impl_->wake();
+}
+
+void Engine::drain_at_round_end() {
+    // The CM lock ranks above every lock the datapath takes, and this
+    // thread holds none now; but its holder (the engine's thread in a
+    // batch, an rdma_* call) may be busy a while: then the engine's thread
+    // runs the inbox, as it always did.
+    std::unique_lock lock(cm_mutex(), std::try_to_lock);
+    if (!lock) {
+        get().impl_->wake();
+        return;
+    }
+    InboxDrainScope scope;
 }
 
 void Engine::drain_inbox() {
@@ -291,8 +313,11 @@ void Engine::drain_inbox() {
 }
 
 InboxDrainScope::InboxDrainScope() {
-    Engine::get().drain_inbox();
+    // Counted before the first drain: a connection whose stream's end is
+    // taken here retires itself, and that must not wake the engine's
+    // thread either.
     ++t_drain_scopes;
+    shielded([] { Engine::get().drain_inbox(); });
 }
 
 InboxDrainScope::~InboxDrainScope() {
@@ -323,16 +348,17 @@ void Engine::run_timers() {
 void Engine::run() {
     t_on_engine_thread = true;
     epoll_event events[kMaxEventsPerWait];
+    // The nearest deadline is read under the CM lock, at the end of each
+    // batch rather than by taking the lock again before the wait: the
+    // application's rdma_* call, woken by the batch's event, wants the
+    // lock just then. A deadline armed from another thread later sets the
+    // timerfd (arm_timer).
+    int timeout_ms;
+    {
+        std::lock_guard lock(cm_mutex());
+        timeout_ms = next_timeout_ms();
+    }
     for (;;) {
-        int timeout_ms = -1;
-        {
-            std::lock_guard lock(cm_mutex());
-            if (!impl_->timers.empty()) {
-                const auto left = impl_->timers.begin()->first - Clock::now();
-                const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
-                timeout_ms = ms < 0 ? 0 : static_cast<int>(std::min<long long>(ms, 60000));
-            }
-        }
         const int n = epoll_wait(impl_->epoll_fd.get(), events, kMaxEventsPerWait, timeout_ms);
         if (n < 0 && errno != EINTR) {
             log_error("rdma_cm: CM engine stopped: epoll_wait: %s", strerror(errno));
@@ -355,7 +381,16 @@ void Engine::run() {
         shielded([this] { drain_inbox(); });
         shielded([this] { run_timers(); });
         free_retired();
+        timeout_ms = next_timeout_ms();
     }
+}
+
+int Engine::next_timeout_ms() const {
+    if (impl_->timers.empty())
+        return -1;
+    const auto left = impl_->timers.begin()->first - Clock::now();
+    const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
+    return ms < 0 ? 0 : static_cast<int>(std::min<long long>(ms, 60000));
 }
 
 }  // namespace usiw::cm

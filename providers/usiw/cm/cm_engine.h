@@ -82,7 +82,8 @@ class Engine {
 
     // From any thread, any locks but the CM lock held (or in an
     // InboxDrainScope): runs item under the CM lock on the engine thread,
-    // or in drain_inbox(), whichever first.
+    // or in drain_inbox(), or at the end of the posting thread's
+    // RoundEndScope (datapath/round_end.h), whichever first.
     void post(InboxItem* item);
     // Starts the engine's thread if it is not running; safe with or without
     // the CM lock (hooks of the verbs layer may run under it). 0 or errno.
@@ -96,9 +97,12 @@ class Engine {
   private:
     friend class InboxDrainScope;
     Engine();
+    // Runs the inbox at the end of a datapath round (post()).
+    static void drain_at_round_end();
     void run();
     void run_timers();
-    bool free_retired();  // whether there were any
+    int next_timeout_ms() const;  // for epoll_wait: -1 with no timer armed
+    bool free_retired();          // whether there were any
     int start_locked();
     int start_thread();
 

@@ -15,6 +15,7 @@
 
 #include "datapath/datapath.h"
 #include "datapath/engine_scheduling.h"
+#include "datapath/round_end.h"
 #include "datapath/socket_watch.h"
 #include "datapath/stream.h"
 #include "verbs/log.h"
@@ -201,6 +202,11 @@ class Engine {
         EngineScheduling scheduling(settings::engine_sched(), settings::engine_late_ns());
         bool was_aside = false;  // since the last wait for the sockets
         for (;;) {
+            // Declared first, so it ends after every lock of the round has
+            // been let go: what a stream's observer put off (connection
+            // management hearing that the stream ended) runs then, on this
+            // thread, with no lock held.
+            RoundEndScope round;
             if (app_polling()) {
                 was_aside = true;
                 stepped_aside_.store(true);
