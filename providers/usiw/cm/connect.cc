@@ -379,8 +379,11 @@ int resolve_addr(CmId* c, const sockaddr* src, const sockaddr* dst, int /*timeou
             if (!dc)
                 status = device ? -errno : -ENODEV;
         }
-        if (status == 0 && !c->socket)
+        if (status == 0 && !c->socket) {
             status = -bind_socket(c, local);
+            if (status == 0)  // the port it got, as bind_socket read it into the route
+                bound = SockAddr::from(&c->id.route.addr.src_addr);
+        }
         if (status != 0) {
             log_debug("rdma_cm: no usiw route to %s: %s", destination->str().c_str(),
                       strerror(-status));
@@ -388,7 +391,9 @@ int resolve_addr(CmId* c, const sockaddr* src, const sockaddr* dst, int /*timeou
                 deliver(e);
         } else {
             attach_device(c, dc);
-            local.set_port(SockAddr::local_of(c->socket.get())->port());
+            if (!bound)
+                bound = SockAddr::local_of(c->socket.get());
+            local.set_port(bound ? bound->port() : 0);
             set_route(c, &local, &*destination);
             if (c->state == IdState::kIdle)
                 enter(&c->state, IdState::kAddrBound, c);

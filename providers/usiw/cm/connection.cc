@@ -85,7 +85,11 @@ void set_qp_read_depths(Qp* qp, uint16_t ird, uint16_t ord) {
     ibv_modify_qp(&qp->vqp.qp, &attr, IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC);
 }
 
+// For log_debug's arguments, which are evaluated whether or not it prints:
+// no getpeername for a message nobody reads.
 std::string peer_name(int fd) {
+    if (!debug_enabled())
+        return {};
     auto peer = SockAddr::peer_of(fd);
     return peer ? peer->str() : std::string("?");
 }
