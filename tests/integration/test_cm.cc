@@ -209,6 +209,74 @@ rdma_conn_param conn_param(const char* data, uint8_t initiator_depth, uint8_t re
 
 // --- connect, accept, private data, IRD/ORD, disconnect ---
 
+// The stream options (datapath/attach.h: stream_socket_setup) on a socket.
+struct StreamOptions {
+    int nodelay = -1, user_timeout = -1, keepalive = -1, keepidle = -1, keepintvl = -1,
+        keepcnt = -1, zerocopy = -1;
+    bool operator==(const StreamOptions&) const = default;
+};
+
+StreamOptions stream_options(int fd) {
+    StreamOptions o;
+    const auto get = [fd](int level, int name, int* value) {
+        socklen_t len = sizeof *value;
+        getsockopt(fd, level, name, value, &len);
+    };
+    get(IPPROTO_TCP, TCP_NODELAY, &o.nodelay);
+    get(IPPROTO_TCP, TCP_USER_TIMEOUT, &o.user_timeout);
+    get(SOL_SOCKET, SO_KEEPALIVE, &o.keepalive);
+    get(IPPROTO_TCP, TCP_KEEPIDLE, &o.keepidle);
+    get(IPPROTO_TCP, TCP_KEEPINTVL, &o.keepintvl);
+    get(IPPROTO_TCP, TCP_KEEPCNT, &o.keepcnt);
+    get(SOL_SOCKET, SO_ZEROCOPY, &o.zerocopy);
+    return o;
+}
+
+uint16_t port_of(const sockaddr_storage& a) {
+    return ntohs(a.ss_family == AF_INET6 ? reinterpret_cast<const sockaddr_in6&>(a).sin6_port
+                                         : reinterpret_cast<const sockaddr_in&>(a).sin_port);
+}
+
+// This process's connected TCP sockets to or from `port`: the client's
+// (its peer's port) and the accepted one (its own port), by fd.
+std::map<int, bool> connected_sockets_of(uint16_t port) {
+    std::map<int, bool> accepted_by_fd;
+    for (const auto& [fd, target] : usiw_test::open_fds().value_or(std::map<int, std::string>{})) {
+        if (target.compare(0, 8, "socket:[") != 0)
+            continue;
+        int type = 0;
+        socklen_t len = sizeof type;
+        sockaddr_storage local{}, peer{};
+        socklen_t local_len = sizeof local, peer_len = sizeof peer;
+        if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM ||
+            getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0 ||
+            getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0)
+            continue;
+        if (local.ss_family != AF_INET && local.ss_family != AF_INET6)
+            continue;
+        if (port_of(local) == port || port_of(peer) == port)
+            accepted_by_fd[fd] = port_of(local) == port;
+    }
+    return accepted_by_fd;
+}
+
+// Both ends of a connection carry the stream's options: the client's
+// socket sets them before it connects, the accepted one inherits them from
+// its listening socket (or, where a kernel would not copy them, sets them
+// itself). Checked against each other, so whatever USIW_PEER_TIMEOUT_MS
+// and USIW_ZCOPY say.
+void check_stream_options(uint16_t port) {
+    const std::map<int, bool> sockets = connected_sockets_of(port);
+    assert_int_equal(sockets.size(), 2);
+    StreamOptions client, server;
+    for (const auto& [fd, accepted] : sockets)
+        (accepted ? server : client) = stream_options(fd);
+    assert_int_equal(client.nodelay, 1);
+    assert_int_equal(client.keepalive, 1);
+    assert_true(client.user_timeout > 0);
+    assert_true(server == client);
+}
+
 // Both ends on `ip`; `server_disconnects` picks the side that ends it.
 void connect_accept_disconnect(const char* ip, bool server_disconnects) {
     Listener l = listen_on(ip);
@@ -265,6 +333,7 @@ void connect_accept_disconnect(const char* ip, bool server_disconnects) {
     assert_int_equal(attr.max_rd_atomic, 3);
     assert_int_equal(attr.max_dest_rd_atomic, 5);
     assert_int_equal(ntohs(rdma_get_src_port(child)), l.port);
+    check_stream_options(l.port);
 
     // Either side disconnects; both hear DISCONNECTED, both QPs end in ERR.
     rdma_cm_id* closer = server_disconnects ? child : c.id;

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <new>
@@ -28,6 +29,26 @@
 
 namespace usiw::cm {
 
+// Whether accepted sockets carry the stream options set on their listening
+// socket. Linux copies a listener's options to the sockets it accepts, but
+// a socket without them would lose the peer timeout silently; so the first
+// connection a process accepts is compared with its listener, option by
+// option, and the answer holds for the process.
+namespace {
+bool inherits_socket_setup(int listener, int accepted) {
+    static std::atomic<int> known{-1};  // -1: not checked yet
+    if (const int k = known.load(std::memory_order_relaxed); k >= 0)
+        return k == 1;
+    const bool inherits = stream_socket_setup_inherited(listener, accepted);
+    if (!inherits)
+        log_debug(
+            "rdma_cm: accepted sockets do not inherit their listener's options; each "
+            "connection sets its own");
+    known.store(inherits ? 1 : 0, std::memory_order_relaxed);
+    return inherits;
+}
+}  // namespace
+
 // Accepts on one listening socket of an id: its own, or, for a wildcard
 // listener, one of those on the usiw devices' addresses, which the watch
 // owns. Each connection waits for its MPA request on its own
@@ -37,7 +58,11 @@ class ListenerWatch final : public EngineClient {
 
   public:
     ListenerWatch(CmId* listener, int fd, UniqueFd owned = {}, const SockAddr& address = {})
-        : listener_(listener), fd_(fd), owned_(std::move(owned)), address_(address) {}
+        : listener_(listener), fd_(fd), owned_(std::move(owned)), address_(address) {
+        // Once here, for every connection: the sockets it accepts inherit
+        // the stream's options (checked on the first, inherits_socket_setup).
+        socket_ = {true, stream_socket_setup(fd_)};
+    }
 
     int fd() const { return fd_; }
     const SockAddr& address() const { return address_; }  // of an owned socket
@@ -73,7 +98,9 @@ class ListenerWatch final : public EngineClient {
                 const int tos = *listener_->tos;
                 setsockopt(fd.get(), IPPROTO_IP, IP_TOS, &tos, sizeof tos);
             }
-            Connection::incoming(listener_, std::move(fd), dc);
+            const SocketSetup inherited =
+                inherits_socket_setup(fd_, fd.get()) ? socket_ : SocketSetup{};
+            Connection::incoming(listener_, std::move(fd), dc, inherited);
         }
     }
     void on_timer() override { Engine::get().rewatch(token_, fd_, EPOLLIN); }
@@ -96,6 +123,7 @@ class ListenerWatch final : public EngineClient {
     UniqueFd owned_;
     SockAddr address_;
     uint64_t token_ = 0;
+    SocketSetup socket_;  // what stream_socket_setup left on fd_
 };
 
 namespace user {

@@ -71,11 +71,6 @@ const char* rtr_name(uint8_t rtr) {
     }
 }
 
-void set_nodelay(int fd) {
-    const int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-}
-
 // The negotiated IRD/ORD as the QP's attributes, so ibv_query_qp shows
 // them (the datapath enforces the StreamParams copy).
 void set_qp_read_depths(Qp* qp, uint16_t ird, uint16_t ord) {
@@ -149,6 +144,8 @@ int Connection::attach(StreamParams&& params) {
     engine.unwatch(&token_, fd_.get());
     engine.cancel_timer(this);
     params.fd = fd_.release();
+    params.socket_set_up = socket_.done;
+    params.zerocopy = socket_.zerocopy;
     datapath_holds_ = true;
     const int err = qp_attach_stream(qp_, std::move(params), this);
     if (err) {
@@ -276,7 +273,9 @@ int Connection::connect(CmId* id, Qp* qp, uint16_t ird, uint16_t ord,
     conn->id_ = id;
     id->conn = conn;
     cm::enter(&id->state, IdState::kConnecting, id);
-    set_nodelay(conn->fd_.get());
+    // All the stream's options now, TCP_NODELAY for the MPA request among
+    // them: attaching the stream then sets none.
+    conn->socket_ = {true, stream_socket_setup(conn->fd_.get())};
     log_debug(
         "rdma_cm: connecting to %s: MPA rev %u%s, IRD %u ORD %u, CRC %s, RTR offered %s, %zu "
         "bytes of private data",
@@ -356,13 +355,15 @@ void Connection::connect_failed(int status, const char* why,
 
 // --- passive side ---
 
-void Connection::incoming(CmId* listener, UniqueFd fd, DeviceContext* device) {
+void Connection::incoming(CmId* listener, UniqueFd fd, DeviceContext* device,
+                          SocketSetup inherited) {
     auto* conn = new (std::nothrow) Connection(false, std::move(fd), device);
     if (!conn)
         return;  // `fd` was not taken: it closes on return
     conn->listener_ = listener;
     listener->pending.insert(conn);
-    set_nodelay(conn->fd_.get());
+    conn->socket_ =
+        inherited.done ? inherited : SocketSetup{true, stream_socket_setup(conn->fd_.get())};
     Engine::get().arm_timer(conn, conn->policy_.request_timeout_ms);
     // An initiator sends its request as soon as its handshake is done, so
     // it is often here already: read it now, and watch the socket only if

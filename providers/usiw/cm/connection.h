@@ -30,6 +30,14 @@
 
 namespace usiw::cm {
 
+// A socket's stream options (datapath/attach.h): set up early, on a socket
+// before it connects or on a listening socket whose accepted sockets
+// inherit them, so that attaching the stream does not set them again.
+struct SocketSetup {
+    bool done = false;
+    bool zerocopy = false;  // what stream_socket_setup returned
+};
+
 class Connection final : public EngineClient,
                          public StreamObserver,
                          public InboxItem,
@@ -42,7 +50,9 @@ class Connection final : public EngineClient,
                        std::span<const std::byte> private_data);
 
     // A connection accepted on `listener`'s socket: waits for the request.
-    static void incoming(CmId* listener, UniqueFd fd, DeviceContext* device);
+    // `inherited`: what `fd` inherited from its listening socket's
+    // stream_socket_setup (not done: the connection sets the socket up).
+    static void incoming(CmId* listener, UniqueFd fd, DeviceContext* device, SocketSetup inherited);
 
     // rdma_accept / rdma_reject on the id that received CONNECT_REQUEST.
     int accept(Qp* qp, uint16_t ird, uint16_t ord, std::span<const std::byte> private_data);
@@ -111,6 +121,7 @@ class Connection final : public EngineClient,
     MpaPolicy policy_;
     Qp* qp_ = nullptr;
     bool datapath_holds_ = false;  // attached; the end of the stream not yet heard
+    SocketSetup socket_{};         // fd_'s stream options
     int watch_error_ = 0;          // watch() failed: on_timer() ends the connection with it
 
     Offer offer_{};             // active: what the request said

@@ -52,6 +52,32 @@ void set_peer_timeout(int fd, int timeout_ms) {
 
 }  // namespace
 
+bool stream_socket_setup(int fd) {
+    const int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    set_peer_timeout(fd, settings::peer_timeout_ms());
+    return socket_enable_zerocopy(fd);
+}
+
+bool stream_socket_setup_inherited(int listener, int accepted) {
+    struct Option {
+        int level, name;
+    };
+    static constexpr Option kOptions[] = {
+        {IPPROTO_TCP, TCP_NODELAY},  {IPPROTO_TCP, TCP_USER_TIMEOUT}, {SOL_SOCKET, SO_KEEPALIVE},
+        {IPPROTO_TCP, TCP_KEEPIDLE}, {IPPROTO_TCP, TCP_KEEPINTVL},    {IPPROTO_TCP, TCP_KEEPCNT},
+        {SOL_SOCKET, SO_ZEROCOPY},
+    };
+    for (const Option& o : kOptions) {
+        int set = 0, got = 0;
+        socklen_t set_len = sizeof set, got_len = sizeof got;
+        if (getsockopt(listener, o.level, o.name, &set, &set_len) != 0 ||
+            getsockopt(accepted, o.level, o.name, &got, &got_len) != 0 || set != got)
+            return false;
+    }
+    return true;
+}
+
 int qp_attach_stream(Qp* qp, StreamParams&& params, StreamObserver* observer) {
     auto* s = new (std::nothrow) Stream;
     if (!s) {
@@ -76,10 +102,9 @@ int qp_attach_stream(Qp* qp, StreamParams&& params, StreamObserver* observer) {
     s->tx_batch_ns = settings::tx_batch_ns();
     s->tx_batch_limit =
         static_cast<uint32_t>(std::min<size_t>(TxBatch::kMaxFpdus, qp->sq.capacity() / 2));
-    const int one = 1;
-    setsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    set_peer_timeout(s->fd, settings::peer_timeout_ms());
-    stream_setup_zerocopy(s);
+    if (!s->params.socket_set_up)
+        s->params.zerocopy = stream_socket_setup(s->fd);
+    stream_setup_zerocopy(s, s->params.zerocopy);
     // Once the QP has the stream, a thread posting to it transmits. Its
     // first short write must find the socket watched, or its request for a
     // writable notification (socket_watch_writable) is lost and the send

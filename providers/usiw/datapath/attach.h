@@ -70,7 +70,23 @@ struct StreamParams {
     // its send work, in flight, queued or posted later, untransmitted. The
     // observer hears stream_lingers and decides when the QP fails.
     bool linger_after_peer_gone = false;
+    // Connection management set the stream's socket options already
+    // (stream_socket_setup), on this socket or on the listening socket it
+    // was accepted from, whose options it inherited; `zerocopy` is what
+    // that setup returned. Otherwise qp_attach_stream sets them.
+    bool socket_set_up = false;
+    bool zerocopy = false;
 };
+
+// The options a stream's socket carries: TCP_NODELAY; the peer timeout as
+// TCP_USER_TIMEOUT and keepalive (settings::peer_timeout_ms); SO_ZEROCOPY
+// unless zero copy is off. Sets them on `fd` (a connected socket, one
+// about to connect, or a listening one, whose accepted sockets inherit
+// them) and returns whether SO_ZEROCOPY took.
+bool stream_socket_setup(int fd);
+// Whether `accepted` carries the options stream_socket_setup set on
+// `listener`, the socket it was accepted from: each read on both.
+bool stream_socket_setup_inherited(int listener, int accepted);
 
 // Binds a connected stream to `qp` (in INIT or RTR) and moves it to RTS;
 // with `keep_qp_state`, binds it to a QP in RTR or RTS and leaves the state.

@@ -40,13 +40,16 @@ void stream_receive(Stream* s);
 bool srq_take(Srq* srq, RecvWqe* out);
 
 // Zero copy (zerocopy.cc): set up from USIW_ZCOPY / USIW_ZCOPY_MIN when a
-// stream is attached; collect the kernel's notifications and complete the
+// stream is attached (socket_enable_zerocopy sets SO_ZEROCOPY on a socket,
+// as USIW_ZCOPY asks, and says whether it took; stream_setup_zerocopy
+// takes that answer); collect the kernel's notifications and complete the
 // work they release (reap), or complete the waiting batches already
 // released without reading the error queue (release). Both return true if
 // the transmitter had paused on a full backlog and may resume now; the
 // caller resumes it unless it is the transmitter. Whether any batch still
 // waits for a notification.
-void stream_setup_zerocopy(Stream* s);
+bool socket_enable_zerocopy(int fd);
+void stream_setup_zerocopy(Stream* s, bool socket_zerocopy);
 bool stream_reap_zerocopy(Stream* s);
 bool stream_release_zerocopy(Stream* s);
 bool stream_zerocopy_waiting(Stream* s);

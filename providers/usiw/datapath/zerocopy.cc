@@ -79,17 +79,21 @@ bool take_released(Stream* s, std::vector<std::vector<uint64_t>>* finished) {
 
 }  // namespace
 
-void stream_setup_zerocopy(Stream* s) {
+bool socket_enable_zerocopy(int fd) {
+    if (settings::zero_copy() == ZeroCopy::kNever)
+        return false;
+    const int one = 1;
+    if (setsockopt(fd, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof one) != 0) {
+        log_debug("zero copy unavailable on this socket: %s", strerror(errno));
+        return false;
+    }
+    return true;
+}
+
+void stream_setup_zerocopy(Stream* s, bool socket_zerocopy) {
     s->zc_mode = settings::zero_copy();
     s->zc_min_bytes = settings::zero_copy_min_bytes();
-    if (s->zc_mode == ZeroCopy::kNever)
-        return;
-    const int one = 1;
-    if (setsockopt(s->fd, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof one) != 0) {
-        log_debug("zero copy unavailable on this socket: %s", strerror(errno));
-        return;
-    }
-    s->zc_enabled.store(true);
+    s->zc_enabled.store(s->zc_mode != ZeroCopy::kNever && socket_zerocopy);
 }
 
 bool stream_reap_zerocopy(Stream* s) {
