@@ -292,12 +292,11 @@ int Connection::connect(CmId* id, Qp* qp, uint16_t ird, uint16_t ord,
 }
 
 void Connection::mpa_connected() {
-    if (id_) {
-        const auto local = SockAddr::local_of(fd_.get());
-        const auto peer = SockAddr::peer_of(fd_.get());
-        if (local && peer)
-            set_route(id_, &*local, &*peer);
-    }
+    // The source address as the kernel chose it; the peer is the
+    // destination connected to, already in the route.
+    if (id_)
+        if (const auto local = SockAddr::local_of(fd_.get()))
+            set_route(id_, &*local, nullptr);
     enter(ConnState::kSendingRequest);
 }
 

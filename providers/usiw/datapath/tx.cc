@@ -794,10 +794,10 @@ void transmit_locked(Stream* s, bool direct) {
         fill_batch(s, direct);
         choose_zerocopy(s);
         if (s->batch->empty()) {
-            if (s->fin_after_drain.load() && tx_drained(s)) {
-                shutdown(s->fd, SHUT_WR);
+            // Drained: the FIN goes out with the stream's end, which shuts
+            // the socket both ways.
+            if (s->fin_after_drain.load() && tx_drained(s))
                 stream_fail(s, StreamEnd::kLocalDisconnect, 0);
-            }
             return;
         }
     }
