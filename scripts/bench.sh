@@ -17,7 +17,10 @@
 #             "ib_write_bw*": QPs connected by ibv_modify_qp, through the
 #             rendezvous), ib_write_bw -R -q 8 at 64 B (row
 #             "ib_write_bw-q8": eight QPs' message rate, whose reference is
-#             not raw TCP but the single-QP ib_write_bw 64 B row), two
+#             not raw TCP but the single-QP ib_write_bw 64 B row;
+#             "ib_write_bw-q8-min": the slowest QP's inbound MB/s, from
+#             ss's byte counts of each QP's TCP stream during the run,
+#             against the fastest's), two
 #             ib_write_bw -R -s 64 pairs at once (row "ib_write_bw-2p", the
 #             same reference, and "ib_write_bw-2p-min": the slower pair's
 #             rate against the faster's), rdma_cm
@@ -400,6 +403,64 @@ two_pair_rows() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR WRITE
     row "$path" ib_write_bw-2p-min 64 Mmsg/s "$(awk '{print $2}' <<<"$r")" "$(awk '{print $3}' <<<"$r")"
 }
 
+# qp_sampler NETNS PORT OUT: until killed, twice a second, appends to OUT
+# what each established TCP socket on local PORT has received so far, a
+# line each: "SECONDS PEER BYTES" (ss's bytes_received). Each QP of usiw is
+# a TCP stream of its own, so this is each QP's inbound bytes.
+qp_sampler() {
+    local netns=$1 port=$2 out=$3 now
+    : >"$out"
+    while :; do
+        now=$(date +%s.%N)
+        in_ns "$netns" ss -tinHO state established "( sport = :$port )" 2>/dev/null |
+            awk -v t="$now" '{ b = ""
+                for (i = 1; i <= NF; i++) if ($i ~ /^bytes_received:/) b = substr($i, 16)
+                if (b != "") print t, $4, b }' >>"$out"
+        sleep 0.5
+    done
+}
+
+# qp_spread COUNT SAMPLES: "SLOWEST FASTEST", the lowest and highest inbound
+# rate (MB/s) among the COUNT sockets of qp_sampler's SAMPLES that received
+# the most, each over the time it was seen (perftest -R's own control
+# connection is one more socket on the port, and receives little); "- -"
+# unless COUNT sockets were each seen twice or more.
+qp_spread() {
+    awk '{
+            if (!($2 in t0)) { t0[$2] = $1; b0[$2] = $3 }
+            t1[$2] = $1; b1[$2] = $3
+        }
+        END {
+            for (p in t0)
+                if (t1[p] > t0[p])
+                    printf "%d %.3f\n", b1[p] - b0[p], (b1[p] - b0[p]) / (t1[p] - t0[p]) / 1e6
+        }' "$2" | sort -rn | head -n "$1" | awk -v want="$1" '
+        { rate = $2; if (NR == 1 || rate < lo) lo = rate; if (NR == 1 || rate > hi) hi = rate }
+        END { if (NR == want) printf "%.3f %.3f\n", lo, hi; else print "- -" }'
+}
+
+# q8_row: bw_row's arguments (ib_write_bw -q 8 ...); bw_row's line with the
+# slowest and the fastest QP's rate appended (qp_spread), or nothing.
+q8_row() {
+    local samples=$1${RUN:+.run$RUN}.qp sampler r
+    qp_sampler "$3" "${perftest_port:-18600}" "$samples" &
+    sampler=$!
+    r=$(bw_row "$@")
+    kill "$sampler" 2>/dev/null
+    wait "$sampler" 2>/dev/null || true
+    [ -z "$r" ] || echo "$r $(qp_spread 8 "$samples")"
+}
+
+# q8_rows PATH R SINGLE: the rows of q8_row's line R: the 8 QPs' aggregate
+# against SINGLE (one QP's rate), and the slowest QP against the fastest.
+q8_rows() {
+    local path=$1 r=$2 lo hi
+    row "$path" ib_write_bw-q8 64 Mmsg/s "$(awk '{print $5}' <<<"$r")" "$3"
+    lo=$(awk 'NF { v = $(NF - 1); if (v != "-") print v }' <<<"$r")
+    hi=$(awk 'NF { v = $NF; if (v != "-") print v }' <<<"$r")
+    row "$path" ib_write_bw-q8-min 64 MB/s "$lo" "$hi"
+}
+
 # quotient A B: A / B to two places, or nothing without both.
 quotient() {
     [ -n "$1" ] && [ -n "$2" ] && /usr/bin/python3 -c "print('%.2f' % ($1 / $2))" 2>/dev/null || true
@@ -434,9 +495,9 @@ measure_msgrate() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
         row "$path" "$label" 64 Mmsg/s "$(awk '{print $5}' <<<"$r")" "$mmsgs"
         if [ "$label" = ib_write_bw ]; then write64=$(awk '{print $5}' <<<"$r"); fi
     done
-    r=$(median_of 4 bw_row "$logs/$path-ib_write_bw-q8-64" "$sconf" "$snet" "$cconf" "$cnet" \
+    r=$(median_of 4 q8_row "$logs/$path-ib_write_bw-q8-64" "$sconf" "$snet" "$cconf" "$cnet" \
         "$addr" ib_write_bw 64 -q 8)
-    row "$path" ib_write_bw-q8 64 Mmsg/s "$(awk '{print $5}' <<<"$r")" "$write64"
+    q8_rows "$path" "$r" "$write64"
     two_pair_rows "$path" "$sconf" "$snet" "$cconf" "$cnet" "$addr" "$write64"
 }
 
@@ -563,11 +624,11 @@ measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
     cm_args=(-R)
     # Several QPs: eight QPs of one perftest pair, the aggregate message
     # rate against the single QP's above.
-    r=$(median_of 4 bw_row "$logs/$path-ib_write_bw-q8-64" "$sconf" "$snet" "$cconf" "$cnet" \
+    r=$(median_of 4 q8_row "$logs/$path-ib_write_bw-q8-64" "$sconf" "$snet" "$cconf" "$cnet" \
         "$addr" ib_write_bw 64 -q 8)
     [ -n "$r" ] || echo "bench.sh: $path: ib_write_bw -R -q 8 gave no sound result in" \
-        "$runs run(s); row ib_write_bw-q8 left blank" >&2
-    row "$path" ib_write_bw-q8 64 Mmsg/s "$(awk '{print $5}' <<<"$r")" "${write64:-}"
+        "$runs run(s); rows ib_write_bw-q8 left blank" >&2
+    q8_rows "$path" "$r" "${write64:-}"
     two_pair_rows "$path" "$sconf" "$snet" "$cconf" "$cnet" "$addr" "${write64:-}"
     latency_rows "$@" "$lat8" "$lat4k" "$p999" "8 4096" ib_write_lat ib_send_lat ib_read_lat \
         ib_send_lat-e
@@ -584,7 +645,8 @@ printf "$table_format" path test bytes metric usiw raw-TCP ratio vs-iperf3
 echo "(raw-TCP at 64 KiB and 1 MiB: iperf3 writing that size, alternating with usiw;" \
     "vs-iperf3: usiw over the default iperf3 row; ib_write_bw*: without -R, QPs connected" \
     "by ibv_modify_qp; ib_write_bw-q8: 8 QPs, its raw-TCP column is the single-QP" \
-    "ib_write_bw 64 B rate; ib_write_bw-2p: two perftest pairs at once, their aggregate" \
+    "ib_write_bw 64 B rate; ib_write_bw-q8-min: the slowest of the 8 QPs (MB/s its TCP" \
+    "stream received), its raw-TCP column the fastest; ib_write_bw-2p: two perftest pairs at once, their aggregate" \
     "against the same; ib_write_bw-2p-min: the slower pair's rate, its raw-TCP column the" \
     "faster's; ib_send_lat-e: sleeping on the completion channel; p99.9_usec:" \
     "the 99.9th percentile)"
