@@ -189,6 +189,9 @@ def main():
            for s in (65536, 1048576) for t in BW_TESTS]
     rates = [(f"{t[3:-3]} 64 B msg/s", (t, "64", "Mmsg/s")) for t in BW_TESTS]
     rates.append(("write 64 B 8 QPs / 1 QP", ("ib_write_bw-q8", "64", "Mmsg/s")))
+    rates.append(("slowest / fastest of 8 QPs", ("ib_write_bw-q8-min", "64", "MB/s")))
+    rates.append(("write 64 B 2 pairs / 1", ("ib_write_bw-2p", "64", "Mmsg/s")))
+    rates.append(("slower / faster pair", ("ib_write_bw-2p-min", "64", "Mmsg/s")))
     rates.append(("rdma_cm conn/s", ("usiw_connrate", "-", "conn/s")))
 
     with tempfile.TemporaryDirectory() as directory:
