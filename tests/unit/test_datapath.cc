@@ -2948,10 +2948,9 @@ void test_raw_read_request_from_unmapped(void**) {
     }
 }
 
-// The progress engine's thread and its scheduling policy (see
-// datapath/engine_scheduling.h): -1 if there is no such thread.
-int engine_thread_policy() {
-    int policy = -1;
+// The progress engine's thread (usiw-progress): 0 if there is none.
+pid_t engine_thread() {
+    pid_t engine = 0;
     for_each_thread([&](pid_t tid) {
         char path[64], comm[32] = "";
         std::snprintf(path, sizeof path, "/proc/self/task/%d/comm", static_cast<int>(tid));
@@ -2961,13 +2960,23 @@ int engine_thread_policy() {
             std::fclose(f);
         }
         if (std::strcmp(comm, "usiw-progress\n") == 0)
-            policy = sched_getscheduler(tid);
+            engine = tid;
     });
-    return policy;
+    return engine;
+}
+
+// The engine thread's scheduling policy (see datapath/engine_scheduling.h):
+// -1 if there is no such thread.
+int engine_thread_policy() {
+    const pid_t engine = engine_thread();
+    return engine ? sched_getscheduler(engine) : -1;
 }
 
 const char* policy_name(int policy) {
-    return policy == SCHED_BATCH ? "SCHED_BATCH" : policy == SCHED_OTHER ? "SCHED_OTHER" : "other";
+    return policy == SCHED_BATCH   ? "SCHED_BATCH"
+           : policy == SCHED_OTHER ? "SCHED_OTHER"
+           : policy == SCHED_FIFO  ? "SCHED_FIFO"
+                                   : "other";
 }
 
 // The engine's thread runs under SCHED_BATCH, so that its wake-ups for bulk
@@ -3036,6 +3045,61 @@ void test_engine_thread_scheduling(void**) {
     EXPECT(engine_thread_policy() == SCHED_BATCH,
            "1.1 s after leaving SCHED_BATCH, the progress thread runs under %s",
            policy_name(engine_thread_policy()));
+    release_all();
+}
+
+// Whether a thread of this process may ask for SCHED_FIFO at the priority
+// the engine asks for (CAP_SYS_NICE, or RLIMIT_RTPRIO; a container's cgroup
+// may refuse it even to root): a thread of its own asks.
+bool realtime_permitted() {
+    bool permitted = false;
+    std::thread([&] {
+        const sched_param param{.sched_priority = usiw::EngineScheduling::kRealtimePriority};
+        permitted = sched_setscheduler(0, SCHED_FIFO, &param) == 0;
+    }).join();
+    return permitted;
+}
+
+// USIW_ENGINE_SCHED=realtime: the engine's thread runs under SCHED_FIFO at
+// kRealtimePriority where the process may ask for it, and keeps the default
+// policy where it may not (saying so on stderr); either way WRITEs that
+// only the engine can place (the target spins on its memory) land whole.
+// ctest runs it in a process of its own (`--realtime`), as
+// test_engine_thread_realtime; which of the two a run checks depends on the
+// process's permission, and it prints which. (As root, `setpriv
+// --bounding-set=-sys_nice` takes the permission away.)
+void test_engine_thread_realtime(void**) {
+    const char* mode = std::getenv("USIW_ENGINE_SCHED");
+    EXPECT(mode && std::strcmp(mode, "realtime") == 0,
+           "run with USIW_ENGINE_SCHED=realtime (test_engine_thread_realtime in ctest)");
+    const bool permitted = realtime_permitted();
+    const int expected = permitted ? SCHED_FIFO : SCHED_OTHER;
+    const Framing c{false, 65536};
+    Pair p = watch_pair(c);
+    Buf src = new_buf(p.ha, 4096);
+    Buf dst = new_buf(p.hb, 4096);
+    where("engine scheduling: realtime");
+    // The thread sets its policy when it starts.
+    const auto deadline = Clock::now() + std::chrono::milliseconds(kTimeoutMs);
+    while (engine_thread_policy() != expected && Clock::now() < deadline)
+        usleep(1000);
+    EXPECT(engine_thread_policy() == expected,
+           "USIW_ENGINE_SCHED=realtime, SCHED_FIFO %s to this process: the progress thread runs "
+           "under %s, not %s",
+           permitted ? "permitted" : "refused", policy_name(engine_thread_policy()),
+           policy_name(expected));
+    if (permitted) {
+        sched_param param{};
+        EXPECT(sched_getparam(engine_thread(), &param) == 0, "sched_getparam: %s", strerror(errno));
+        EXPECT(param.sched_priority == usiw::EngineScheduling::kRealtimePriority,
+               "the progress thread runs at SCHED_FIFO priority %d, not %d", param.sched_priority,
+               usiw::EngineScheduling::kRealtimePriority);
+    }
+    for (uint32_t seed = 1; seed <= 20; ++seed)
+        write_and_watch(p, src, dst, seed, "engine scheduling: WRITEs placed by a real-time engine",
+                        Watch::kSpinning);
+    print_message("  SCHED_FIFO %s: the progress thread ran under %s\n",
+                  permitted ? "permitted" : "refused", policy_name(expected));
     release_all();
 }
 
@@ -3533,6 +3597,9 @@ int main(int argc, char** argv) {
     const struct CMUnitTest scheduling[] = {
         T(test_engine_thread_scheduling),
     };
+    const struct CMUnitTest realtime[] = {
+        T(test_engine_thread_realtime),
+    };
 #undef T
     // The device of its own (tests/unit/CMakeLists.txt), unless the
     // environment names another.
@@ -3540,8 +3607,10 @@ int main(int argc, char** argv) {
     if (argc > 1 && std::strcmp(argv[1], "--scheduling") == 0)
         return cmocka_run_group_tests_name("engine thread scheduling", scheduling, nullptr,
                                            nullptr);
+    if (argc > 1 && std::strcmp(argv[1], "--realtime") == 0)
+        return cmocka_run_group_tests_name("engine thread realtime", realtime, nullptr, nullptr);
     if (argc > 1) {
-        std::fprintf(stderr, "usage: %s [--scheduling]\n", argv[0]);
+        std::fprintf(stderr, "usage: %s [--scheduling | --realtime]\n", argv[0]);
         return 2;
     }
     return cmocka_run_group_tests(tests, nullptr, nullptr);

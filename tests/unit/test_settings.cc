@@ -136,6 +136,8 @@ void test_engine_sched(void**) {
     assert_int_equal(settings::engine_sched(), EngineSched::kBatch);
     setenv("USIW_ENGINE_SCHED", "normal", 1);
     assert_int_equal(settings::engine_sched(), EngineSched::kNormal);
+    setenv("USIW_ENGINE_SCHED", "realtime", 1);
+    assert_int_equal(settings::engine_sched(), EngineSched::kRealtime);
     setenv("USIW_ENGINE_SCHED", "fifo", 1);
     assert_int_equal(settings::engine_sched(), EngineSched::kAuto);
     unsetenv("USIW_ENGINE_SCHED");
@@ -237,7 +239,7 @@ void test_wrong_value_reported(void**) {
     setenv("VERBS_LOG_LEVEL", "1", 1);
     assert_string_equal(
         stderr_of([] { settings::engine_sched(); }).c_str(),
-        "usiw: USIW_ENGINE_SCHED: ignoring 'fifo' (expected auto | batch | normal)\n");
+        "usiw: USIW_ENGINE_SCHED: ignoring 'fifo' (expected auto | batch | normal | realtime)\n");
     assert_true(stderr_of([] { settings::engine_sched(); }).find("usiw: ") == 0);
     setenv("USIW_ENGINE_SCHED", "batch", 1);
     assert_true(stderr_of([] { settings::engine_sched(); }).empty());

@@ -30,6 +30,16 @@ EngineScheduling::EngineScheduling(EngineSchedMode mode, uint64_t late_ns) : gov
         log_debug("progress thread keeps the scheduling policy it inherited");
         return;
     }
+    if (mode == EngineSchedMode::kRealtime) {
+        const sched_param param{.sched_priority = kRealtimePriority};
+        if (sched_setscheduler(0, SCHED_FIFO, &param) != 0)
+            report_config_error(
+                "USIW_ENGINE_SCHED=realtime: SCHED_FIFO for the progress thread: %s; it keeps "
+                "the default policy (real-time needs CAP_SYS_NICE or an RLIMIT_RTPRIO of 1 or "
+                "more)",
+                strerror(errno));
+        return;
+    }
     if (mode == EngineSchedMode::kAuto) {
         // Without the run delay there is no telling when SCHED_BATCH hurts.
         schedstat_fd_ = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
