@@ -2972,6 +2972,15 @@ int engine_thread_policy() {
     return engine ? sched_getscheduler(engine) : -1;
 }
 
+// Waits up to kTimeoutMs for the engine thread to run under `policy`; the
+// policy it runs under then.
+int await_engine_policy(int policy) {
+    const auto deadline = Clock::now() + std::chrono::milliseconds(kTimeoutMs);
+    while (engine_thread_policy() != policy && Clock::now() < deadline)
+        usleep(1000);
+    return engine_thread_policy();
+}
+
 const char* policy_name(int policy) {
     return policy == SCHED_BATCH   ? "SCHED_BATCH"
            : policy == SCHED_OTHER ? "SCHED_OTHER"
@@ -3013,12 +3022,9 @@ void test_engine_thread_scheduling(void**) {
     // The thread sets its policy when it starts, and no traffic has been
     // left to it yet.
     where("engine scheduling: SCHED_BATCH to start with");
-    const auto started = Clock::now() + std::chrono::milliseconds(kTimeoutMs);
-    while (engine_thread_policy() != SCHED_BATCH && Clock::now() < started)
-        usleep(1000);
-    EXPECT(engine_thread_policy() == SCHED_BATCH,
-           "the progress thread runs under %s, not SCHED_BATCH",
-           policy_name(engine_thread_policy()));
+    const int started = await_engine_policy(SCHED_BATCH);
+    EXPECT(started == SCHED_BATCH, "the progress thread runs under %s, not SCHED_BATCH",
+           policy_name(started));
 
     int writes = 0;
     while (engine_thread_policy() == SCHED_BATCH && writes < 100)
@@ -3039,12 +3045,9 @@ void test_engine_thread_scheduling(void**) {
     write_and_watch(p, src, dst, 200, "engine scheduling: back to SCHED_BATCH after the hold",
                     Watch::kSpinning);
     // It switches after the round that placed the WRITE.
-    const auto deadline = Clock::now() + std::chrono::milliseconds(kTimeoutMs);
-    while (engine_thread_policy() != SCHED_BATCH && Clock::now() < deadline)
-        usleep(1000);
-    EXPECT(engine_thread_policy() == SCHED_BATCH,
-           "1.1 s after leaving SCHED_BATCH, the progress thread runs under %s",
-           policy_name(engine_thread_policy()));
+    const int back = await_engine_policy(SCHED_BATCH);
+    EXPECT(back == SCHED_BATCH,
+           "1.1 s after leaving SCHED_BATCH, the progress thread runs under %s", policy_name(back));
     release_all();
 }
 
@@ -3080,14 +3083,11 @@ void test_engine_thread_realtime(void**) {
     Buf dst = new_buf(p.hb, 4096);
     where("engine scheduling: realtime");
     // The thread sets its policy when it starts.
-    const auto deadline = Clock::now() + std::chrono::milliseconds(kTimeoutMs);
-    while (engine_thread_policy() != expected && Clock::now() < deadline)
-        usleep(1000);
-    EXPECT(engine_thread_policy() == expected,
+    const int policy = await_engine_policy(expected);
+    EXPECT(policy == expected,
            "USIW_ENGINE_SCHED=realtime, SCHED_FIFO %s to this process: the progress thread runs "
            "under %s, not %s",
-           permitted ? "permitted" : "refused", policy_name(engine_thread_policy()),
-           policy_name(expected));
+           permitted ? "permitted" : "refused", policy_name(policy), policy_name(expected));
     if (permitted) {
         sched_param param{};
         EXPECT(sched_getparam(engine_thread(), &param) == 0, "sched_getparam: %s", strerror(errno));
