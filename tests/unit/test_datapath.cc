@@ -23,10 +23,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <infiniband/verbs.h>
+#include <linux/capability.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -2988,12 +2991,25 @@ const char* policy_name(int policy) {
                                    : "other";
 }
 
+// Whether a thread of this process may ask for SCHED_FIFO at the priority
+// the engine asks for (CAP_SYS_NICE, or RLIMIT_RTPRIO; a container's cgroup
+// may refuse it even to root): a thread of its own asks.
+bool realtime_permitted() {
+    bool permitted = false;
+    std::thread([&] {
+        const sched_param param{.sched_priority = usiw::EngineScheduling::kRealtimePriority};
+        permitted = sched_setscheduler(0, SCHED_FIFO, &param) == 0;
+    }).join();
+    return permitted;
+}
+
 // The engine's thread runs under SCHED_BATCH, so that its wake-ups for bulk
 // input do not preempt the thread producing it. After each round of work
 // left to it (nobody polled a CQ meanwhile) it reads how long it waited for
 // a CPU, and a late round with no CPU free, or a run of late rounds,
-// switches it to SCHED_OTHER; after the hold (1 s at first) it returns to
-// SCHED_BATCH if a CPU is free.
+// switches it to SCHED_OTHER, and on to SCHED_FIFO priority 1 (auto's
+// real-time tier) if no CPU is free and the process may ask for real time;
+// after the hold (1 s at first) it returns to SCHED_BATCH if a CPU is free.
 //
 // That the kernel delays a SCHED_BATCH wake-up when no CPU is free is
 // Linux's part, measured in Documentation/performance.md; whether a given
@@ -3005,7 +3021,33 @@ const char* policy_name(int policy) {
 // the real thread's policy and switching it back, then happens the same
 // way on an idle or a busy machine. The target spins on its memory, as
 // ib_write_lat's does, and never polls a CQ, so every round is left to the
-// engine. (BatchGovernor's rule itself: test_engine_scheduling.)
+// engine. (BatchGovernor's and RealtimeTier's rules themselves, including
+// when real time ends for a thread that does too much at it:
+// test_engine_scheduling.)
+// `--scheduling-unprivileged`: the process gave up its permission to ask
+// for real time before its first thread started (drop_realtime_permission).
+bool g_realtime_dropped = false;
+
+// Takes from this process, before it has other threads (capabilities are
+// each thread's), what lets it ask for real time: RLIMIT_RTPRIO becomes 0
+// and CAP_SYS_NICE leaves its capability sets. A user without root is
+// refused the same way.
+bool drop_realtime_permission() {
+    const rlimit none{0, 0};
+    if (setrlimit(RLIMIT_RTPRIO, &none) != 0)
+        return false;
+    __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct caps[2]{};
+    if (syscall(SYS_capget, &header, caps) != 0)
+        return false;
+    const uint32_t sys_nice = 1u << (CAP_SYS_NICE % 32);
+    auto& word = caps[CAP_SYS_NICE / 32];
+    word.effective &= ~sys_nice;
+    word.permitted &= ~sys_nice;
+    word.inheritable &= ~sys_nice;
+    return syscall(SYS_capset, &header, caps) == 0;
+}
+
 void test_engine_thread_scheduling(void**) {
     if (access("/proc/self/schedstat", R_OK) != 0) {
         print_message(
@@ -3030,15 +3072,29 @@ void test_engine_thread_scheduling(void**) {
     while (engine_thread_policy() == SCHED_BATCH && writes < 100)
         write_and_watch(p, src, dst, 1 + writes++, "engine scheduling: rounds left to the engine",
                         Watch::kSpinning);
-    EXPECT(engine_thread_policy() == SCHED_OTHER,
-           "after %d WRITEs placed by the engine, each a late round, the progress thread still"
-           " runs under %s",
-           writes, policy_name(engine_thread_policy()));
+    // auto goes on to real time (every CPU counts as taken) where this
+    // process may ask for it, in the same round.
+    const bool permitted = realtime_permitted();
+    EXPECT(!(permitted && g_realtime_dropped),
+           "this process gave up CAP_SYS_NICE and RLIMIT_RTPRIO, yet may ask for SCHED_FIFO");
+    const int held = permitted ? SCHED_FIFO : SCHED_OTHER;
+    const auto switched = Clock::now() + std::chrono::milliseconds(kTimeoutMs);
+    while (engine_thread_policy() == SCHED_OTHER && held != SCHED_OTHER && Clock::now() < switched)
+        usleep(1000);
+    EXPECT(engine_thread_policy() == held,
+           "after %d WRITEs placed by the engine, each a late round, the progress thread runs"
+           " under %s, not %s (SCHED_FIFO %s to this process)",
+           writes, policy_name(engine_thread_policy()), policy_name(held),
+           permitted ? "permitted" : "refused");
     EXPECT(writes <= static_cast<int>(usiw::BatchGovernor::kLateInARow),
            "the progress thread left SCHED_BATCH only after %d WRITEs (at most %u rounds"
            " expected)",
            writes, usiw::BatchGovernor::kLateInARow);
-    print_message("  the progress thread left SCHED_BATCH after %d WRITEs\n", writes);
+    print_message("  the progress thread left SCHED_BATCH for %s after %d WRITEs\n",
+                  policy_name(held), writes);
+    for (uint32_t seed = 101; seed <= 120; ++seed)
+        write_and_watch(p, src, dst, seed, "engine scheduling: WRITEs placed while the hold lasts",
+                        Watch::kSpinning);
 
     // The hold is 1 s, the first switch of this process's engine.
     usleep(1'100'000);
@@ -3049,18 +3105,6 @@ void test_engine_thread_scheduling(void**) {
     EXPECT(back == SCHED_BATCH,
            "1.1 s after leaving SCHED_BATCH, the progress thread runs under %s", policy_name(back));
     release_all();
-}
-
-// Whether a thread of this process may ask for SCHED_FIFO at the priority
-// the engine asks for (CAP_SYS_NICE, or RLIMIT_RTPRIO; a container's cgroup
-// may refuse it even to root): a thread of its own asks.
-bool realtime_permitted() {
-    bool permitted = false;
-    std::thread([&] {
-        const sched_param param{.sched_priority = usiw::EngineScheduling::kRealtimePriority};
-        permitted = sched_setscheduler(0, SCHED_FIFO, &param) == 0;
-    }).join();
-    return permitted;
 }
 
 // USIW_ENGINE_SCHED=realtime: the engine's thread runs under SCHED_FIFO at
@@ -3607,10 +3651,21 @@ int main(int argc, char** argv) {
     if (argc > 1 && std::strcmp(argv[1], "--scheduling") == 0)
         return cmocka_run_group_tests_name("engine thread scheduling", scheduling, nullptr,
                                            nullptr);
+    if (argc > 1 && std::strcmp(argv[1], "--scheduling-unprivileged") == 0) {
+        if (!drop_realtime_permission()) {
+            std::fprintf(stderr, "%s: cannot give up the permission to ask for real time: %s\n",
+                         argv[0], strerror(errno));
+            return 1;
+        }
+        g_realtime_dropped = true;
+        return cmocka_run_group_tests_name("engine thread scheduling, no real time", scheduling,
+                                           nullptr, nullptr);
+    }
     if (argc > 1 && std::strcmp(argv[1], "--realtime") == 0)
         return cmocka_run_group_tests_name("engine thread realtime", realtime, nullptr, nullptr);
     if (argc > 1) {
-        std::fprintf(stderr, "usage: %s [--scheduling | --realtime]\n", argv[0]);
+        std::fprintf(stderr, "usage: %s [--scheduling | --scheduling-unprivileged | --realtime]\n",
+                     argv[0]);
         return 2;
     }
     return cmocka_run_group_tests(tests, nullptr, nullptr);

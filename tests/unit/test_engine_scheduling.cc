@@ -1,13 +1,16 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The progress engine thread's choice of scheduling policy
 // (datapath/engine_scheduling.h): when it leaves SCHED_BATCH, for how long,
-// what does not count, and what a busy machine changes; and when a poller
+// what does not count, and what a busy machine changes; when it goes real
+// time and when it must stop (RealtimeTier); and when a poller
 // waits for the progress lock, and when a thread polls before it sleeps on a
 // completion channel. test_datapath's
 // test_engine_thread_scheduling watches the real thread do it.
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 
 #include "datapath/engine_scheduling.h"
 
@@ -83,6 +86,8 @@ void test_late_rounds_in_a_row(void**) {
     assert_int_equal(rounds(g, 1, kLate, &now), 1);
     assert_false(g.batch());
     assert_int_equal(g.hold_ns(), BatchGovernor::kMinHoldNs);
+    // A CPU was free: not a case for real time.
+    assert_false(g.cpus_taken());
 }
 
 // With no CPU free, one late round left to the engine switches at once:
@@ -97,10 +102,12 @@ void test_one_late_round_when_no_cpu_free(void**) {
     assert_int_equal(cpus.asked, 0);
     assert_false(g.after_round(false, 10 * kLate, now += 1'000'000, cpus.answer()));
     assert_true(g.batch());
+    assert_false(g.cpus_taken());
     assert_int_equal(rounds(g, 1, kLate, &now, cpus), 1);
     assert_false(g.batch());
     assert_int_equal(cpus.asked, 1);
     assert_int_equal(g.hold_ns(), BatchGovernor::kMinHoldNs);
+    assert_true(g.cpus_taken());
 }
 
 // When a hold ends in a round left to the engine while no CPU is free, the
@@ -124,11 +131,13 @@ void test_hold_renewed_while_no_cpu_free(void**) {
         assert_int_equal(cpus.asked, 1);
         assert_false(g.batch());
         assert_int_equal(g.hold_ns(), hold);
+        assert_true(g.cpus_taken());
     }
     cpus.asked = 0;
     now += hold;
     assert_true(g.after_round(false, 0, now, cpus.answer()));
     assert_true(g.batch());
+    assert_false(g.cpus_taken());
     assert_int_equal(cpus.asked, 0);
     // Out again, and back when a CPU is free.
     assert_int_equal(rounds(g, 1, kLate, &now, cpus), 1);
@@ -136,6 +145,20 @@ void test_hold_renewed_while_no_cpu_free(void**) {
     now += g.hold_ns();
     assert_true(g.after_round(true, kLate, now, cpus.answer()));
     assert_true(g.batch());
+}
+
+// A hold that began after a run of late rounds with a CPU free becomes a
+// case for real time when it is renewed because none is.
+void test_cpus_taken_at_renewal(void**) {
+    BatchGovernor g;
+    uint64_t now = kSecond;
+    assert_int_equal(rounds(g, BatchGovernor::kLateInARow, kLate, &now), 1);
+    assert_false(g.cpus_taken());
+    Cpus cpus{true};
+    now += g.hold_ns();
+    assert_false(g.after_round(true, 0, now, cpus.answer()));
+    assert_false(g.batch());
+    assert_true(g.cpus_taken());
 }
 
 // The default policy holds for its hold time, then SCHED_BATCH is tried
@@ -165,6 +188,141 @@ void test_hold_doubles_and_resets(void**) {
     now += BatchGovernor::kMaxHoldNs;
     assert_int_equal(rounds(g, BatchGovernor::kLateInARow, kLate, &now), 1);
     assert_int_equal(g.hold_ns(), BatchGovernor::kMinHoldNs);
+}
+
+// What RealtimeTier is told about the thread's time on a CPU: `on_cpu`
+// in all (std::nullopt: it cannot be read), and how often it asked.
+struct OnCpu {
+    std::optional<uint64_t> on_cpu = 0;
+    int asked = 0;
+    auto answer() {
+        return [this] {
+            ++asked;
+            return on_cpu;
+        };
+    }
+};
+
+// Under real time the thread's share of a CPU is read once a window; a
+// window within kMaxOnCpuPerMille keeps it, kBusyWindowsInARow above it in a
+// row end it, and so do as many in which most rounds found no work on a
+// socket, and it may not come back before the backoff, which doubles
+// each time, up to the cap, and starts over after real time that lasted
+// the cap.
+void test_realtime_tier(void**) {
+    using usiw::RealtimeTier;
+    constexpr uint64_t kWindow = RealtimeTier::kWindowNs;
+    constexpr uint64_t kAllowed = kWindow * RealtimeTier::kMaxOnCpuPerMille / 1000;
+    RealtimeTier t;
+    OnCpu cpu;
+    uint64_t now = kSecond;
+    assert_false(t.realtime());
+    assert_true(t.may_enter(now));
+    assert_int_equal(t.backoff_ns(), 0);
+    uint64_t expected = RealtimeTier::kMinBackoffNs;
+    for (int i = 0; i < 10; ++i) {
+        t.entered(now, *cpu.on_cpu);
+        assert_true(t.realtime());
+        assert_false(t.may_enter(now));
+        // Within the window nobody asks.
+        cpu.asked = 0;
+        assert_false(t.after_round(now + kWindow - 1, true, cpu.answer()));
+        assert_int_equal(cpu.asked, 0);
+        // A ping-pong's windows: a little of the CPU each.
+        for (int w = 0; w < 20; ++w) {
+            now += kWindow;
+            *cpu.on_cpu += kAllowed;
+            assert_false(t.after_round(now, true, cpu.answer()));
+        }
+        assert_int_equal(cpu.asked, 20);
+        assert_true(t.realtime());
+        // A window above the bound now and then, even a run of them one
+        // short of kBusyWindowsInARow, is forgiven by the next one within it.
+        for (unsigned busy = 1; busy < RealtimeTier::kBusyWindowsInARow; ++busy) {
+            for (unsigned w = 0; w < busy; ++w) {
+                now += kWindow;
+                *cpu.on_cpu += kAllowed + 1;
+                assert_false(t.after_round(now, true, cpu.answer()));
+            }
+            now += kWindow;
+            *cpu.on_cpu += kAllowed;
+            assert_false(t.after_round(now, true, cpu.answer()));
+        }
+        assert_true(t.realtime());
+        // Bulk input: more than its share, window after window.
+        for (unsigned w = 1; w < RealtimeTier::kBusyWindowsInARow; ++w) {
+            now += kWindow;
+            *cpu.on_cpu += kWindow;
+            assert_false(t.after_round(now, true, cpu.answer()));
+        }
+        now += kWindow;
+        *cpu.on_cpu += kAllowed + 1;
+        assert_true(t.after_round(now, true, cpu.answer()));
+        assert_int_equal(t.last_per_mille(), RealtimeTier::kMaxOnCpuPerMille);
+        assert_false(t.realtime());
+        assert_int_equal(t.backoff_ns(), expected);
+        assert_false(t.may_enter(now + expected - 1));
+        now += expected;
+        assert_true(t.may_enter(now));
+        expected = std::min(2 * expected, RealtimeTier::kMaxBackoffNs);
+    }
+    assert_int_equal(t.backoff_ns(), RealtimeTier::kMaxBackoffNs);
+    // Real time that lasted the longest backoff starts the doubling over.
+    t.entered(now, *cpu.on_cpu);
+    for (uint64_t lasted = 0; lasted < RealtimeTier::kMaxBackoffNs; lasted += kWindow) {
+        now += kWindow;
+        assert_false(t.after_round(now, true, cpu.answer()));
+    }
+    for (unsigned w = 0; w < RealtimeTier::kBusyWindowsInARow; ++w) {
+        now += kWindow;
+        *cpu.on_cpu += kWindow;
+        assert_int_equal(t.after_round(now, true, cpu.answer()),
+                         w + 1 == RealtimeTier::kBusyWindowsInARow);
+    }
+    assert_int_equal(t.last_per_mille(), 1000);
+    assert_int_equal(t.backoff_ns(), RealtimeTier::kMinBackoffNs);
+    // Windows in which most rounds found no work on a socket (the engine
+    // woke to start held transmitters: a stream's sender) end it too,
+    // however little the engine works; half of them do not.
+    now += t.backoff_ns();
+    t.entered(now, *cpu.on_cpu);
+    for (int w = 0; w < 10; ++w) {
+        for (int r = 0; r < 100; ++r) {
+            now += kWindow / 100;
+            assert_false(t.after_round(now, r % 2 == 0, cpu.answer()));
+        }
+        assert_false(t.last_idle_mostly());
+    }
+    assert_true(t.realtime());
+    for (unsigned w = 0; w < RealtimeTier::kBusyWindowsInARow; ++w) {
+        bool left = false;
+        for (int r = 0; r < 100; ++r) {
+            now += kWindow / 100;
+            left = t.after_round(now, r % 3 == 0, cpu.answer());
+            if (r < 99)
+                assert_false(left);
+        }
+        assert_true(t.last_idle_mostly());
+        assert_int_equal(t.last_per_mille(), 0);
+        assert_int_equal(left, w + 1 == RealtimeTier::kBusyWindowsInARow);
+    }
+    assert_false(t.realtime());
+    assert_int_equal(t.backoff_ns(), 2 * RealtimeTier::kMinBackoffNs);
+    // A thread whose time cannot be read leaves after a window; one that
+    // leaves for SCHED_BATCH may come back at once.
+    now += RealtimeTier::kMinBackoffNs;
+    t.entered(now, 0);
+    cpu.on_cpu = std::nullopt;
+    for (unsigned w = 0; w < RealtimeTier::kBusyWindowsInARow; ++w) {
+        now += kWindow;
+        assert_int_equal(t.after_round(now, true, cpu.answer()),
+                         w + 1 == RealtimeTier::kBusyWindowsInARow);
+    }
+    now += t.backoff_ns();
+    t.entered(now, 0);
+    t.left();
+    assert_false(t.realtime());
+    assert_true(t.may_enter(now));
 }
 
 // A poller waits for the progress lock once it has found it taken for
@@ -217,6 +375,7 @@ void test_zero_threshold_counts_every_round(void**) {
     assert_true(g.batch());
     assert_int_equal(rounds(g, 1, 0, &now, cpus), 1);
     assert_false(g.batch());
+    assert_true(g.cpus_taken());  // the load left out: every CPU counts as taken
     now += g.hold_ns();
     assert_true(g.after_round(false, 0, now, cpus.answer()));
     assert_true(g.batch());
@@ -271,7 +430,9 @@ int main(void) {
         cmocka_unit_test(test_late_rounds_in_a_row),
         cmocka_unit_test(test_one_late_round_when_no_cpu_free),
         cmocka_unit_test(test_hold_renewed_while_no_cpu_free),
+        cmocka_unit_test(test_cpus_taken_at_renewal),
         cmocka_unit_test(test_hold_doubles_and_resets),
+        cmocka_unit_test(test_realtime_tier),
         cmocka_unit_test(test_progress_lock_wait),
         cmocka_unit_test(test_zero_threshold_counts_every_round),
         cmocka_unit_test(test_channel_wait_polling),

@@ -132,6 +132,8 @@ void test_engine_sched(void**) {
     using settings::EngineSched;
     unsetenv("USIW_ENGINE_SCHED");
     assert_int_equal(settings::engine_sched(), EngineSched::kAuto);
+    setenv("USIW_ENGINE_SCHED", "fair", 1);
+    assert_int_equal(settings::engine_sched(), EngineSched::kFair);
     setenv("USIW_ENGINE_SCHED", "batch", 1);
     assert_int_equal(settings::engine_sched(), EngineSched::kBatch);
     setenv("USIW_ENGINE_SCHED", "normal", 1);
@@ -237,9 +239,9 @@ void test_wrong_value_reported(void**) {
     unsetenv("VERBS_LOG_LEVEL");
     assert_true(stderr_of([] { settings::engine_sched(); }).empty());
     setenv("VERBS_LOG_LEVEL", "1", 1);
-    assert_string_equal(
-        stderr_of([] { settings::engine_sched(); }).c_str(),
-        "usiw: USIW_ENGINE_SCHED: ignoring 'fifo' (expected auto | batch | normal | realtime)\n");
+    assert_string_equal(stderr_of([] { settings::engine_sched(); }).c_str(),
+                        "usiw: USIW_ENGINE_SCHED: ignoring 'fifo' (expected auto | fair | batch | "
+                        "normal | realtime)\n");
     assert_true(stderr_of([] { settings::engine_sched(); }).find("usiw: ") == 0);
     setenv("USIW_ENGINE_SCHED", "batch", 1);
     assert_true(stderr_of([] { settings::engine_sched(); }).empty());

@@ -40,7 +40,7 @@ EngineScheduling::EngineScheduling(EngineSchedMode mode, uint64_t late_ns) : gov
                 strerror(errno));
         return;
     }
-    if (mode == EngineSchedMode::kAuto) {
+    if (mode == EngineSchedMode::kAuto || mode == EngineSchedMode::kFair) {
         // Without the run delay there is no telling when SCHED_BATCH hurts.
         schedstat_fd_ = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
         if (schedstat_fd_ < 0) {
@@ -51,6 +51,7 @@ EngineScheduling::EngineScheduling(EngineSchedMode mode, uint64_t late_ns) : gov
             return;
         }
         adaptive_ = true;
+        realtime_tier_ = mode == EngineSchedMode::kAuto;
         // Without it, only a run of late rounds tells (no_cpu_free()).
         loadavg_fd_ = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
         cpus_ = std::max(sysconf(_SC_NPROCESSORS_ONLN), 1L);
@@ -69,18 +70,33 @@ EngineScheduling::~EngineScheduling() {
         close(loadavg_fd_);
 }
 
-// The second field of schedstat: nanoseconds spent runnable but waiting for
-// a CPU, over the thread's life.
-uint64_t EngineScheduling::run_delay_ns() const {
+// The first two fields of schedstat: nanoseconds spent on a CPU, and
+// runnable but waiting for one, over the thread's life. Returns false if
+// they cannot be read.
+bool EngineScheduling::read_schedstat(uint64_t* on_cpu_ns, uint64_t* waiting_ns) const {
     char text[96];
     const ssize_t n = pread(schedstat_fd_, text, sizeof text - 1, 0);
     if (n <= 0)
-        return last_run_delay_ns_;
+        return false;
     text[n] = '\0';
     unsigned long long on_cpu = 0, waiting = 0;
     if (std::sscanf(text, "%llu %llu", &on_cpu, &waiting) != 2)
-        return last_run_delay_ns_;
-    return waiting;
+        return false;
+    *on_cpu_ns = on_cpu;
+    *waiting_ns = waiting;
+    return true;
+}
+
+uint64_t EngineScheduling::run_delay_ns() const {
+    uint64_t on_cpu, waiting;
+    return read_schedstat(&on_cpu, &waiting) ? waiting : last_run_delay_ns_;
+}
+
+std::optional<uint64_t> EngineScheduling::on_cpu_ns() const {
+    uint64_t on_cpu, waiting;
+    if (!read_schedstat(&on_cpu, &waiting))
+        return std::nullopt;
+    return on_cpu;
 }
 
 // The fourth field of /proc/loadavg counts the threads running or waiting
@@ -119,19 +135,52 @@ void EngineScheduling::after_round(bool found_work, uint64_t last_app_poll_ns) {
     // The wake-up came at least `waited` ago: an application thread that
     // polled since then could have done this round's work.
     const bool left_to_engine = found_work && last_app_poll_ns < now - waited;
-    if (!governor_.after_round(left_to_engine, waited, now, [this] { return no_cpu_free(); }))
-        return;
-    if (!apply(governor_.batch())) {
-        adaptive_ = false;  // the policy cannot be changed: stop deciding
-        return;
+    if (governor_.after_round(left_to_engine, waited, now, [this] { return no_cpu_free(); })) {
+        if (!apply(governor_.batch())) {
+            adaptive_ = false;  // the policy cannot be changed: stop deciding
+            return;
+        }
+        if (governor_.batch()) {
+            tier_.left();
+            rebase();
+        } else {
+            log_debug(
+                "progress thread: SCHED_BATCH delayed input left to it; SCHED_OTHER for %llu ms "
+                "(then again while no CPU is free)",
+                static_cast<unsigned long long>(governor_.hold_ns() / 1'000'000));
+        }
     }
-    if (governor_.batch())
-        rebase();
-    else
+    if (!realtime_tier_)
+        return;
+    if (tier_.realtime()) {
+        if (!tier_.after_round(now, found_work, [this] { return on_cpu_ns(); }))
+            return;
         log_debug(
-            "progress thread: SCHED_BATCH delayed input left to it; SCHED_OTHER for %llu ms "
-            "(then again while no CPU is free)",
-            static_cast<unsigned long long>(governor_.hold_ns() / 1'000'000));
+            "progress thread: not latency-bound for %u windows of %llu ms in a row under "
+            "SCHED_FIFO (the last: on a CPU %llu/1000 of it, at most %llu; socket work found in %s "
+            "of its rounds); SCHED_OTHER, and not real time again for "
+            "%llu ms",
+            RealtimeTier::kBusyWindowsInARow,
+            static_cast<unsigned long long>(RealtimeTier::kWindowNs / 1'000'000),
+            static_cast<unsigned long long>(tier_.last_per_mille()),
+            static_cast<unsigned long long>(RealtimeTier::kMaxOnCpuPerMille),
+            tier_.last_idle_mostly() ? "few" : "most",
+            static_cast<unsigned long long>(tier_.backoff_ns() / 1'000'000));
+        if (!apply(false))
+            adaptive_ = realtime_tier_ = false;
+    } else if (governor_.cpus_taken() && tier_.may_enter(now)) {
+        const sched_param param{.sched_priority = kRealtimePriority};
+        if (sched_setscheduler(0, SCHED_FIFO, &param) != 0) {
+            // Not permitted (no CAP_SYS_NICE, RLIMIT_RTPRIO 0): the default
+            // policy is as far as auto goes.
+            log_debug("progress thread stays under SCHED_OTHER: SCHED_FIFO: %s", strerror(errno));
+            realtime_tier_ = false;
+            return;
+        }
+        tier_.entered(now, on_cpu_ns().value_or(0));
+        log_debug("progress thread: every CPU taken while input waits for it; SCHED_FIFO %d",
+                  kRealtimePriority);
+    }
 }
 
 bool EngineScheduling::apply(bool batch) {

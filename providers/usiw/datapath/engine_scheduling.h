@@ -32,12 +32,16 @@
 // application could have done itself do not count: while ib_send_lat's ends
 // busy-poll their CQs, the engine's wake-ups are of no use, and SCHED_BATCH
 // keeps them from preempting the pollers (in the guest: 40-45 us per
-// message instead of about 100).
+// message instead of about 100). While every CPU is taken, auto goes one
+// step further, to real time, for as long as the thread does little at it
+// (RealtimeTier).
 #pragma once
 
 #include <time.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <optional>
 
 #include "host/settings.h"
 
@@ -89,9 +93,11 @@ class BatchGovernor {
             // hold again, without a round under SCHED_BATCH to find out.
             if (found_work_left_to_engine && late_ns_ != 0 && no_cpu_free()) {
                 since_ns_ = now_ns;
+                cpus_taken_ = true;
                 return false;
             }
             batch_ = true;
+            cpus_taken_ = false;
             since_ns_ = now_ns;
             return true;
         }
@@ -103,22 +109,141 @@ class BatchGovernor {
             late_in_a_row_ = 0;
             return false;
         }
-        if (++late_in_a_row_ < kLateInARow && (late_ns_ == 0 || !no_cpu_free()))
-            return false;
+        bool taken;
+        if (++late_in_a_row_ < kLateInARow) {
+            if (late_ns_ == 0 || !no_cpu_free())
+                return false;
+            taken = true;
+        } else {
+            // The earlier rounds of the run found a CPU free (unless the
+            // load is left out).
+            taken = late_ns_ == 0;
+        }
         leave_batch(now_ns);
+        cpus_taken_ = taken;
         return true;
     }
     // How long the default policy holds after the last switch to it.
     uint64_t hold_ns() const { return hold_ns_; }
+    // Whether the default policy holds because input only the engine could
+    // place found every CPU taken, when it began or was last renewed (with
+    // a late_ns of 0, whenever it holds): the case RealtimeTier is for.
+    bool cpus_taken() const { return !batch_ && cpus_taken_; }
 
   private:
     void leave_batch(uint64_t now_ns);
 
     uint64_t late_ns_;
     bool batch_ = true;
+    bool cpus_taken_ = false;
     unsigned late_in_a_row_ = 0;
     uint64_t hold_ns_ = 0;   // 0: never switched to the default policy
     uint64_t since_ns_ = 0;  // when batch_ last changed
+};
+
+// auto's third policy, SCHED_FIFO, while the default policy holds because
+// input only the engine can place found every CPU taken (cpus_taken()):
+// ib_write_lat's ends both spin on memory. The default policy's wake-ups
+// still wait now and then: one in about 10 ms waited for the CPU's next
+// tick, 4 ms, after a third thread had taken the CPU (perf sched, in
+// Documentation/performance.md, "The ib_write_lat tail"). A real-time
+// wake-up preempts any normal thread at once, as the kernel's softirq
+// placement of siw and rxe does. Its price is what the engine does at that
+// priority, taken from the application's threads; so the tier measures
+// the thread's time on a CPU over each kWindowNs, and how many of its
+// rounds found work on its sockets. A window does not look latency-bound
+// when the thread ran more than kMaxOnCpuPerMille of it, or when most of its
+// rounds found none: they were for the thread's other duties, above all starting the
+// transmitters whose unsignaled work waited for company (a stream's
+// sender: ib_send_bw -R at 64 B, 13% of about 28,000 rounds a second
+// found socket work, and each preempted the application that would have sent
+// the work itself; its rate fell by up to 40%).
+// After kBusyWindowsInARow such windows in a row the thread goes back to
+// the default policy, and may not return for a backoff that doubles each
+// time (kMinBackoffNs to kMaxBackoffNs; real time that lasted
+// kMaxBackoffNs starts the doubling over). The CPU bound is half a CPU: in
+// a ping-pong each end's engine places one message per round trip, and
+// the other end's engine, and both applications, take their turns in the
+// same round trip, so a latency-bound engine works less than half of it
+// (ib_write_lat 8 B on loopback under real time: 35-45% of a CPU in nearly
+// every window, up to 54% in one now and then). And every round of a
+// ping-pong's engine finds the peer's message: it wakes for nothing else.
+class RealtimeTier {
+  public:
+    static constexpr uint64_t kWindowNs = 10'000'000;
+    static constexpr uint64_t kMaxOnCpuPerMille = 500;
+    static constexpr unsigned kBusyWindowsInARow = 3;
+    static constexpr uint64_t kMinBackoffNs = 1'000'000'000;
+    static constexpr uint64_t kMaxBackoffNs = 64'000'000'000;
+
+    bool realtime() const { return realtime_; }
+    // Whether the thread may go real time at `now_ns` (the batch governor
+    // says every CPU is taken).
+    bool may_enter(uint64_t now_ns) const { return !realtime_ && now_ns >= retry_ns_; }
+    // It did, at `now_ns`, having run `on_cpu_ns` in all.
+    void entered(uint64_t now_ns, uint64_t on_cpu_ns) {
+        realtime_ = true;
+        busy_in_a_row_ = 0;
+        rounds_ = work_rounds_ = 0;
+        since_ns_ = window_ns_ = now_ns;
+        window_on_cpu_ns_ = on_cpu_ns;
+    }
+    // After a round under real time at `now_ns`: whether it found work on
+    // a socket. `on_cpu_ns()` says how long the thread has run
+    // in all (asked once a window; std::nullopt if it cannot tell, which
+    // counts as busy). True if it should leave real time: kBusyWindowsInARow
+    // windows in a row did not look latency-bound.
+    template <typename OnCpu>
+    bool after_round(uint64_t now_ns, bool found_work, OnCpu&& on_cpu_ns) {
+        ++rounds_;
+        work_rounds_ += found_work;
+        if (now_ns - window_ns_ < kWindowNs)
+            return false;
+        const std::optional<uint64_t> on_cpu = on_cpu_ns();
+        last_per_mille_ =
+            on_cpu ? (*on_cpu - window_on_cpu_ns_) * 1000 / (now_ns - window_ns_) : 1000;
+        const bool busy = !on_cpu || (*on_cpu - window_on_cpu_ns_) * 1000 >
+                                         kMaxOnCpuPerMille * (now_ns - window_ns_);
+        const bool idle_mostly = 2 * work_rounds_ < rounds_;
+        window_ns_ = now_ns;
+        window_on_cpu_ns_ = on_cpu.value_or(0);
+        rounds_ = work_rounds_ = 0;
+        last_idle_mostly_ = idle_mostly;
+        if (!busy && !idle_mostly) {
+            busy_in_a_row_ = 0;
+            return false;
+        }
+        if (++busy_in_a_row_ < kBusyWindowsInARow)
+            return false;
+        busy_in_a_row_ = 0;
+        const bool lasted = now_ns - since_ns_ >= kMaxBackoffNs;
+        backoff_ns_ =
+            backoff_ns_ == 0 || lasted ? kMinBackoffNs : std::min(2 * backoff_ns_, kMaxBackoffNs);
+        retry_ns_ = now_ns + backoff_ns_;
+        realtime_ = false;
+        return true;
+    }
+    // The thread left real time for another reason (SCHED_BATCH again).
+    void left() { realtime_ = false; }
+    // The thread's time on a CPU in the last window, per mille of it, and
+    // whether most of its rounds found no work on a socket.
+    uint64_t last_per_mille() const { return last_per_mille_; }
+    bool last_idle_mostly() const { return last_idle_mostly_; }
+    // How long the last backoff is (0: none yet).
+    uint64_t backoff_ns() const { return backoff_ns_; }
+
+  private:
+    bool realtime_ = false;
+    uint64_t since_ns_ = 0;          // when it went real time
+    uint64_t window_ns_ = 0;         // when the window began
+    uint64_t window_on_cpu_ns_ = 0;  // the thread's time on a CPU then
+    unsigned busy_in_a_row_ = 0;
+    uint64_t rounds_ = 0;       // in this window
+    uint64_t work_rounds_ = 0;  // of those, that found work on a socket
+    uint64_t last_per_mille_ = 0;
+    bool last_idle_mostly_ = false;
+    uint64_t backoff_ns_ = 0;
+    uint64_t retry_ns_ = 0;  // not real time again before
 };
 
 // When an application thread polling from poll_cq should wait for the
@@ -190,16 +315,18 @@ class ChannelWaitPolling {
     unsigned long_waits_ = 0;  // in a row, up to kLongWaits
 };
 
-// USIW_ENGINE_SCHED (host/settings.h): auto (BatchGovernor decides; the
-// default), batch (always SCHED_BATCH), normal (always the default policy),
-// realtime (always SCHED_FIFO priority 1, where the process may ask for it).
-// Real-time is not a default: a library should not raise its thread above
-// the application's on its own, and bulk input would let the engine take a
-// CPU from the application. But it is the one policy whose wake-ups the
-// fair scheduler cannot hold off, as the kernel's softirq placement of siw
-// and rxe is never held off: with it ib_write_lat's 99.9th percentile on a
+// USIW_ENGINE_SCHED (host/settings.h): auto (BatchGovernor decides, and
+// RealtimeTier while every CPU is taken, where the process may ask for
+// real time; the default), fair (BatchGovernor alone), batch (always
+// SCHED_BATCH), normal (always the default policy), realtime (always
+// SCHED_FIFO priority 1, where the process may ask for it). Always real
+// time is not a default: bulk input would let the engine take a CPU from
+// the application. But it is the one policy whose wake-ups the fair
+// scheduler cannot hold off, as the kernel's softirq placement of siw and
+// rxe is never held off: with it ib_write_lat's 99.9th percentile on a
 // 2-CPU machine whose CPUs both spin fell from 2-7 ms to 0.24-0.55 ms
-// (Documentation/performance.md, "The ib_write_lat tail").
+// (Documentation/performance.md, "The ib_write_lat tail"); auto takes it
+// only where that case is.
 using EngineSchedMode = settings::EngineSched;
 
 // USIW_ENGINE_LATE_US (host/settings.h, settings::engine_late_ns()): how
@@ -207,8 +334,8 @@ using EngineSchedMode = settings::EngineSched;
 // late (BatchGovernor::kLateNs by default). 0 counts every round left to the
 // engine as late and leaves the machine's load out: the policy then switches
 // after kLateInARow such rounds and returns when the hold ends, whatever the
-// machine's load, which is what the test of the engine thread's scheduling
-// uses.
+// machine's load (auto's real-time tier then counts every CPU as taken),
+// which is what the test of the engine thread's scheduling uses.
 
 // The engine thread's side: applies the governor's decisions to the calling
 // thread. Create it in the engine thread. A thread that did not start under
@@ -232,16 +359,20 @@ class EngineScheduling {
     void rebase();
 
   private:
+    bool read_schedstat(uint64_t* on_cpu_ns, uint64_t* waiting_ns) const;
     uint64_t run_delay_ns() const;
+    std::optional<uint64_t> on_cpu_ns() const;
     bool no_cpu_free() const;
     bool apply(bool batch);
 
     bool adaptive_ = false;
+    bool realtime_tier_ = false;  // auto, until SCHED_FIFO is refused
     int schedstat_fd_ = -1;
     int loadavg_fd_ = -1;
     long cpus_ = 1;
     uint64_t last_run_delay_ns_ = 0;
     BatchGovernor governor_;
+    RealtimeTier tier_;
 };
 
 }  // namespace usiw

@@ -29,18 +29,21 @@ constexpr Setting kAll[] = {
      Scope::kProvider},
     {"USIW_ZCOPY_MIN", "bytes (decimal, or 0x... hexadecimal)", "1048576 (1 MiB)",
      "the least payload in one send batch that goes out with zero copy", Scope::kProvider},
-    {"USIW_ENGINE_SCHED", "auto | batch | normal | realtime", "auto",
+    {"USIW_ENGINE_SCHED", "auto | fair | batch | normal | realtime", "auto",
      "how the progress thread (usiw-progress) asks to be scheduled: batch runs it under "
      "SCHED_BATCH, so that its wake-ups for arriving data do not preempt the thread sending it; "
-     "auto does so too, but switches to the default policy for a while when that keeps data "
+     "fair does so too, but switches to the default policy for a while when that keeps data "
      "waiting that only this thread can place (a target spinning on memory with no CPU free); "
-     "realtime runs it under SCHED_FIFO priority 1, so that each wake-up preempts any normal "
-     "thread at once (needs CAP_SYS_NICE or an RLIMIT_RTPRIO of 1 or more; a thread doing bulk "
-     "work at that priority takes its CPU from the application, up to the kernel's real-time "
-     "limit, 95% by default)",
+     "auto, as fair, then runs it under SCHED_FIFO priority 1 while that lasts and the thread "
+     "uses less than half a CPU, where the process may ask for real time (CAP_SYS_NICE or an "
+     "RLIMIT_RTPRIO of 1 or more); realtime runs it under SCHED_FIFO priority 1 always, so "
+     "that each wake-up preempts any normal thread at once (a thread doing bulk work at that "
+     "priority takes its CPU from the application, up to the kernel's real-time limit, 95% by "
+     "default)",
      Scope::kProvider},
     {"USIW_ENGINE_LATE_US", "microseconds", "250",
-     "auto's measure: a round of the progress thread's work that waited this long for a CPU "
+     "auto's and fair's measure: a round of the progress thread's work that waited this long for a "
+     "CPU "
      "was late; one late round while no CPU is free, or 4 in a row, switch it to the default "
      "policy (0: every round counts as late, and only 4 in a row switch, whatever the load)",
      Scope::kProvider},
@@ -383,9 +386,8 @@ int peer_timeout_ms() {
 
 EngineSched engine_sched() {
     static constexpr Word<EngineSched> kWords[] = {
-        {"auto", EngineSched::kAuto},
-        {"batch", EngineSched::kBatch},
-        {"normal", EngineSched::kNormal},
+        {"auto", EngineSched::kAuto},         {"fair", EngineSched::kFair},
+        {"batch", EngineSched::kBatch},       {"normal", EngineSched::kNormal},
         {"realtime", EngineSched::kRealtime},
     };
     return word_value(kEngineSched, kWords, EngineSched::kAuto);

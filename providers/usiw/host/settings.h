@@ -4,7 +4,7 @@
 // (settings::all(), which `usiw --help` prints), and the one parser of its
 // values (the functions below). A value a setting does not take is reported
 // in one style, when errors are logged at all (VERBS_LOG_LEVEL >= 1):
-//     usiw: USIW_ENGINE_SCHED: ignoring 'fifo' (expected auto | batch | normal | realtime)
+//     usiw: USIW_ENGINE_SCHED: ignoring 'fifo' (expected auto | fair | batch | normal | realtime)
 // and the default applies (for a per-device list, the other items do).
 //
 // Each function reads the environment when it is called; a caller that
@@ -59,7 +59,7 @@ size_t zero_copy_min_bytes();
 
 // USIW_ENGINE_SCHED: how the progress thread asks to be scheduled
 // (datapath/engine_scheduling.h).
-enum class EngineSched : uint8_t { kAuto, kBatch, kNormal, kRealtime };
+enum class EngineSched : uint8_t { kAuto, kFair, kBatch, kNormal, kRealtime };
 EngineSched engine_sched();
 
 // USIW_ENGINE_LATE_US, in nanoseconds: how long a round of the progress
