@@ -3078,14 +3078,11 @@ void test_engine_thread_scheduling(void**) {
     EXPECT(!(permitted && g_realtime_dropped),
            "this process gave up CAP_SYS_NICE and RLIMIT_RTPRIO, yet may ask for SCHED_FIFO");
     const int held = permitted ? SCHED_FIFO : SCHED_OTHER;
-    const auto switched = Clock::now() + std::chrono::milliseconds(kTimeoutMs);
-    while (engine_thread_policy() == SCHED_OTHER && held != SCHED_OTHER && Clock::now() < switched)
-        usleep(1000);
-    EXPECT(engine_thread_policy() == held,
+    const int holding = await_engine_policy(held);
+    EXPECT(holding == held,
            "after %d WRITEs placed by the engine, each a late round, the progress thread runs"
            " under %s, not %s (SCHED_FIFO %s to this process)",
-           writes, policy_name(engine_thread_policy()), policy_name(held),
-           permitted ? "permitted" : "refused");
+           writes, policy_name(holding), policy_name(held), permitted ? "permitted" : "refused");
     EXPECT(writes <= static_cast<int>(usiw::BatchGovernor::kLateInARow),
            "the progress thread left SCHED_BATCH only after %d WRITEs (at most %u rounds"
            " expected)",
