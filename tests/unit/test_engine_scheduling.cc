@@ -11,6 +11,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
+#include <thread>
+
+#include <sched.h>
 
 #include "datapath/engine_scheduling.h"
 
@@ -205,7 +208,7 @@ struct OnCpu {
 
 // Under real time the thread's share of a CPU is read once a window; a
 // window within kMaxOnCpuPerMille keeps it, kBusyWindowsInARow above it in a
-// row end it, and so do as many in which most rounds found no work on a
+// row end it, and so do as many in which most rounds found no input on a
 // socket, and it may not come back before the backoff, which doubles
 // each time, up to the cap, and starts over after real time that lasted
 // the cap.
@@ -281,8 +284,8 @@ void test_realtime_tier(void**) {
     }
     assert_int_equal(t.last_per_mille(), 1000);
     assert_int_equal(t.backoff_ns(), RealtimeTier::kMinBackoffNs);
-    // Windows in which most rounds found no work on a socket (the engine
-    // woke to start held transmitters: a stream's sender) end it too,
+    // Windows in which most rounds found no input on a socket (the engine
+    // woke to start held transmitters, or to resume a bulk sender's) end it too,
     // however little the engine works; half of them do not.
     now += t.backoff_ns();
     t.entered(now, *cpu.on_cpu);
@@ -323,6 +326,78 @@ void test_realtime_tier(void**) {
     t.left();
     assert_false(t.realtime());
     assert_true(t.may_enter(now));
+}
+
+// A round under real time that ran past kMaxRealtimeRoundNs ends real time
+// in the round itself (RealtimeRound), and the tier backs off as after busy
+// windows, doubling.
+void test_realtime_round_bound(void**) {
+    using usiw::kMaxRealtimeRoundNs;
+    using usiw::RealtimeRound;
+    using usiw::RealtimeTier;
+    // A thread of its own, so that its policy is this test's to change;
+    // what it saw is asserted here (cmocka's assertions belong to the
+    // test's thread).
+    struct Seen {
+        bool realtime;              // SCHED_FIFO was granted
+        uint64_t unbound, within;   // end() after checks with no bound, within it
+        int policy_within;          // the policy after the check within it
+        int policy_past;            // after the check past it
+        uint64_t past, after_past;  // end() after that check, and again
+        uint64_t clock;             // end() after check() on the real clock
+    } seen{};
+    std::thread([&seen] {
+        // Where this process may ask for SCHED_FIFO, the thread runs under
+        // it, and the check must take it away; elsewhere the bound's
+        // bookkeeping is checked alone.
+        const sched_param fifo{.sched_priority = 1};
+        seen.realtime = sched_setscheduler(0, SCHED_FIFO, &fifo) == 0;
+        const uint64_t now = 1'000'000'000;
+        RealtimeRound::check_at(now + 10 * kMaxRealtimeRoundNs);
+        seen.unbound = RealtimeRound::end();
+        RealtimeRound::begin(now);
+        RealtimeRound::check_at(now + kMaxRealtimeRoundNs);
+        seen.policy_within = sched_getscheduler(0);
+        seen.within = RealtimeRound::end();
+        RealtimeRound::begin(now);
+        RealtimeRound::check_at(now + kMaxRealtimeRoundNs / 2);
+        RealtimeRound::check_at(now + kMaxRealtimeRoundNs + 1);
+        seen.policy_past = sched_getscheduler(0);
+        RealtimeRound::check_at(now + 2 * kMaxRealtimeRoundNs);  // once is all
+        seen.past = RealtimeRound::end();
+        seen.after_past = RealtimeRound::end();
+        RealtimeRound::begin(usiw::monotonic_ns() - kMaxRealtimeRoundNs - 1);
+        RealtimeRound::check();
+        seen.clock = RealtimeRound::end();
+    }).join();
+    if (!seen.realtime)
+        print_message("  SCHED_FIFO refused to this process: the policy is not checked\n");
+    // No bound: no round is ever over. Within it, to the nanosecond.
+    assert_int_equal(seen.unbound, 0);
+    assert_int_equal(seen.within, 0);
+    assert_int_equal(seen.policy_within, seen.realtime ? SCHED_FIFO : SCHED_OTHER);
+    // Past it: the thread left SCHED_FIFO at the first check after, and
+    // says how long the round had run then.
+    assert_int_equal(seen.policy_past, SCHED_OTHER);
+    assert_int_equal(seen.past, kMaxRealtimeRoundNs + 1);
+    assert_int_equal(seen.after_past, 0);
+    // The real clock: a bound that had passed by the time of the check.
+    assert_true(seen.clock > kMaxRealtimeRoundNs);
+
+    RealtimeTier t;
+    uint64_t now = 1'000'000'000;
+    uint64_t expected = RealtimeTier::kMinBackoffNs;
+    for (int time = 0; time < 3; ++time) {
+        assert_true(t.may_enter(now));
+        t.entered(now, 0);
+        now += kMaxRealtimeRoundNs + 1;
+        t.overran(now);
+        assert_false(t.realtime());
+        assert_int_equal(t.backoff_ns(), expected);
+        assert_false(t.may_enter(now + expected - 1));
+        now += expected;
+        expected *= 2;
+    }
 }
 
 // A poller waits for the progress lock once it has found it taken for
@@ -433,6 +508,7 @@ int main(void) {
         cmocka_unit_test(test_cpus_taken_at_renewal),
         cmocka_unit_test(test_hold_doubles_and_resets),
         cmocka_unit_test(test_realtime_tier),
+        cmocka_unit_test(test_realtime_round_bound),
         cmocka_unit_test(test_progress_lock_wait),
         cmocka_unit_test(test_zero_threshold_counts_every_round),
         cmocka_unit_test(test_channel_wait_polling),

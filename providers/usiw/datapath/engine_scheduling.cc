@@ -122,7 +122,8 @@ void EngineScheduling::rebase() {
         last_run_delay_ns_ = run_delay_ns();
 }
 
-void EngineScheduling::after_round(bool found_work, uint64_t last_app_poll_ns) {
+void EngineScheduling::after_round(bool found_work, bool found_input, uint64_t last_app_poll_ns) {
+    const uint64_t overran_ns = RealtimeRound::end();
     if (!adaptive_)
         return;
     uint64_t waited = 0;
@@ -152,12 +153,20 @@ void EngineScheduling::after_round(bool found_work, uint64_t last_app_poll_ns) {
     }
     if (!realtime_tier_)
         return;
-    if (tier_.realtime()) {
-        if (!tier_.after_round(now, found_work, [this] { return on_cpu_ns(); }))
+    if (tier_.realtime() && overran_ns != 0) {
+        tier_.overran(now);
+        log_debug(
+            "progress thread: a round ran %llu us under SCHED_FIFO (at most %llu); SCHED_OTHER, "
+            "and not real time again for %llu ms",
+            static_cast<unsigned long long>(overran_ns / 1000),
+            static_cast<unsigned long long>(kMaxRealtimeRoundNs / 1000),
+            static_cast<unsigned long long>(tier_.backoff_ns() / 1'000'000));
+    } else if (tier_.realtime()) {
+        if (!tier_.after_round(now, found_input, [this] { return on_cpu_ns(); }))
             return;
         log_debug(
             "progress thread: not latency-bound for %u windows of %llu ms in a row under "
-            "SCHED_FIFO (the last: on a CPU %llu/1000 of it, at most %llu; socket work found in %s "
+            "SCHED_FIFO (the last: on a CPU %llu/1000 of it, at most %llu; input found in %s "
             "of its rounds); SCHED_OTHER, and not real time again for "
             "%llu ms",
             RealtimeTier::kBusyWindowsInARow,
@@ -181,6 +190,14 @@ void EngineScheduling::after_round(bool found_work, uint64_t last_app_poll_ns) {
         log_debug("progress thread: every CPU taken while input waits for it; SCHED_FIFO %d",
                   kRealtimePriority);
     }
+}
+
+void RealtimeRound::leave(uint64_t now_ns) {
+    overran_ns_ = now_ns - (deadline_ns_ - kMaxRealtimeRoundNs);
+    deadline_ns_ = 0;
+    const sched_param param{};
+    if (sched_setscheduler(0, SCHED_OTHER, &param) != 0)
+        log_debug("progress thread: sched_setscheduler(SCHED_OTHER): %s", strerror(errno));
 }
 
 bool EngineScheduling::apply(bool batch) {

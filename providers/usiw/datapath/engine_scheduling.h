@@ -42,6 +42,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <utility>
 
 #include "host/settings.h"
 
@@ -151,13 +152,18 @@ class BatchGovernor {
 // placement of siw and rxe does. Its price is what the engine does at that
 // priority, taken from the application's threads; so the tier measures
 // the thread's time on a CPU over each kWindowNs, and how many of its
-// rounds found work on its sockets. A window does not look latency-bound
-// when the thread ran more than kMaxOnCpuPerMille of it, or when most of its
-// rounds found none: they were for the thread's other duties, above all starting the
-// transmitters whose unsignaled work waited for company (a stream's
-// sender: ib_send_bw -R at 64 B, 13% of about 28,000 rounds a second
-// found socket work, and each preempted the application that would have sent
-// the work itself; its rate fell by up to 40%).
+// rounds found input on its sockets. A window does not look latency-bound
+// when the thread ran more than kMaxOnCpuPerMille of it, or when most of
+// its rounds found none: they were for the thread's other duties, which
+// real time only makes preempt the application. Starting the transmitters
+// whose unsignaled work waited for company: ib_send_bw -R at 64 B, 13% of
+// about 28,000 rounds a second found socket work, and each preempted the
+// application that would have sent the work itself; its rate fell by up to
+// 40%. Resuming transmitters whose sockets had room again, and reaping
+// zero-copy notifications: a bulk sender, whose engine then took the CPU
+// from the receiving application on the same machine; qperf's
+// rc_rdma_write_bw server, reposting its receives too late, ran out of them
+// (1-2 runs in 30 on loopback beside other tests, none without the tier).
 // After kBusyWindowsInARow such windows in a row the thread goes back to
 // the default policy, and may not return for a backoff that doubles each
 // time (kMinBackoffNs to kMaxBackoffNs; real time that lasted
@@ -184,19 +190,19 @@ class RealtimeTier {
     void entered(uint64_t now_ns, uint64_t on_cpu_ns) {
         realtime_ = true;
         busy_in_a_row_ = 0;
-        rounds_ = work_rounds_ = 0;
+        rounds_ = input_rounds_ = 0;
         since_ns_ = window_ns_ = now_ns;
         window_on_cpu_ns_ = on_cpu_ns;
     }
-    // After a round under real time at `now_ns`: whether it found work on
+    // After a round under real time at `now_ns`: whether it found input on
     // a socket. `on_cpu_ns()` says how long the thread has run
     // in all (asked once a window; std::nullopt if it cannot tell, which
     // counts as busy). True if it should leave real time: kBusyWindowsInARow
     // windows in a row did not look latency-bound.
     template <typename OnCpu>
-    bool after_round(uint64_t now_ns, bool found_work, OnCpu&& on_cpu_ns) {
+    bool after_round(uint64_t now_ns, bool found_input, OnCpu&& on_cpu_ns) {
         ++rounds_;
-        work_rounds_ += found_work;
+        input_rounds_ += found_input;
         if (now_ns - window_ns_ < kWindowNs)
             return false;
         const std::optional<uint64_t> on_cpu = on_cpu_ns();
@@ -204,10 +210,10 @@ class RealtimeTier {
             on_cpu ? (*on_cpu - window_on_cpu_ns_) * 1000 / (now_ns - window_ns_) : 1000;
         const bool busy = !on_cpu || (*on_cpu - window_on_cpu_ns_) * 1000 >
                                          kMaxOnCpuPerMille * (now_ns - window_ns_);
-        const bool idle_mostly = 2 * work_rounds_ < rounds_;
+        const bool idle_mostly = 2 * input_rounds_ < rounds_;
         window_ns_ = now_ns;
         window_on_cpu_ns_ = on_cpu.value_or(0);
-        rounds_ = work_rounds_ = 0;
+        rounds_ = input_rounds_ = 0;
         last_idle_mostly_ = idle_mostly;
         if (!busy && !idle_mostly) {
             busy_in_a_row_ = 0;
@@ -215,35 +221,91 @@ class RealtimeTier {
         }
         if (++busy_in_a_row_ < kBusyWindowsInARow)
             return false;
-        busy_in_a_row_ = 0;
-        const bool lasted = now_ns - since_ns_ >= kMaxBackoffNs;
-        backoff_ns_ =
-            backoff_ns_ == 0 || lasted ? kMinBackoffNs : std::min(2 * backoff_ns_, kMaxBackoffNs);
-        retry_ns_ = now_ns + backoff_ns_;
-        realtime_ = false;
+        back_off(now_ns);
         return true;
     }
+    // A round under real time ran past kMaxRealtimeRoundNs, and the thread
+    // left real time in it (RealtimeRound); the round ended at `now_ns`. It
+    // backs off as after busy windows.
+    void overran(uint64_t now_ns) { back_off(now_ns); }
     // The thread left real time for another reason (SCHED_BATCH again).
     void left() { realtime_ = false; }
     // The thread's time on a CPU in the last window, per mille of it, and
-    // whether most of its rounds found no work on a socket.
+    // whether most of its rounds found no input on a socket.
     uint64_t last_per_mille() const { return last_per_mille_; }
     bool last_idle_mostly() const { return last_idle_mostly_; }
     // How long the last backoff is (0: none yet).
     uint64_t backoff_ns() const { return backoff_ns_; }
 
   private:
+    void back_off(uint64_t now_ns) {
+        busy_in_a_row_ = 0;
+        const bool lasted = now_ns - since_ns_ >= kMaxBackoffNs;
+        backoff_ns_ =
+            backoff_ns_ == 0 || lasted ? kMinBackoffNs : std::min(2 * backoff_ns_, kMaxBackoffNs);
+        retry_ns_ = now_ns + backoff_ns_;
+        realtime_ = false;
+    }
+
     bool realtime_ = false;
     uint64_t since_ns_ = 0;          // when it went real time
     uint64_t window_ns_ = 0;         // when the window began
     uint64_t window_on_cpu_ns_ = 0;  // the thread's time on a CPU then
     unsigned busy_in_a_row_ = 0;
-    uint64_t rounds_ = 0;       // in this window
-    uint64_t work_rounds_ = 0;  // of those, that found work on a socket
+    uint64_t rounds_ = 0;        // in this window
+    uint64_t input_rounds_ = 0;  // of those, that found input on a socket
     uint64_t last_per_mille_ = 0;
     bool last_idle_mostly_ = false;
     uint64_t backoff_ns_ = 0;
     uint64_t retry_ns_ = 0;  // not real time again before
+};
+
+// How long one round of the engine's work may run under SCHED_FIFO.
+// RealtimeTier reads its windows between rounds, and a round has no bound
+// of its own: a transmitter sends until its socket is full or its queue is
+// empty, a receiver reads until its socket is empty. A bulk sender whose
+// receiver keeps up can go on for hundreds of milliseconds in one round
+// (seen: 240-510 ms under SCHED_FIFO, loopback qperf rc_rdma_write_bw, 1
+// MiB messages), while the application threads that shared its CPU waited;
+// the server, its receives not reposted, ran out of them. So the loops that
+// may run long call check() once per system call, and the first call after
+// the bound drops the thread to the default policy there and then (it goes
+// on with the round at that policy: nothing is put off, so nothing needs
+// waking again). A latency-bound round places a message or two and lasts
+// microseconds.
+constexpr uint64_t kMaxRealtimeRoundNs = 2'000'000;
+
+// The calling thread's bound on its round (the engine thread's, while it
+// runs under SCHED_FIFO; other threads never have one).
+class RealtimeRound {
+  public:
+    // A round under real time begins at `now_ns`.
+    static void begin(uint64_t now_ns) {
+        deadline_ns_ = now_ns + kMaxRealtimeRoundNs;
+        overran_ns_ = 0;
+    }
+    // Where a round may go on for long: leaves real time if its bound has
+    // passed. Cheap while there is no bound.
+    static void check() {
+        if (deadline_ns_ != 0)
+            check_at(monotonic_ns());
+    }
+    static void check_at(uint64_t now_ns) {
+        if (deadline_ns_ != 0 && now_ns > deadline_ns_)
+            leave(now_ns);
+    }
+    // The round ended: how long it had run when it left real time (0: it
+    // did not). The bound is gone.
+    static uint64_t end() {
+        deadline_ns_ = 0;
+        return std::exchange(overran_ns_, 0);
+    }
+
+  private:
+    static void leave(uint64_t now_ns);
+
+    static inline thread_local uint64_t deadline_ns_ = 0;  // 0: no bound
+    static inline thread_local uint64_t overran_ns_ = 0;
 };
 
 // When an application thread polling from poll_cq should wait for the
@@ -351,9 +413,15 @@ class EngineScheduling {
     EngineScheduling(const EngineScheduling&) = delete;
     EngineScheduling& operator=(const EngineScheduling&) = delete;
 
-    // After a round of the engine's work: whether it found any, and when an
-    // application thread last polled a CQ (cq_progress).
-    void after_round(bool found_work, uint64_t last_app_poll_ns);
+    // After a round of the engine's work: whether it found any, whether any
+    // of it was input (a socket with bytes to read), and when an application
+    // thread last polled a CQ (cq_progress).
+    void after_round(bool found_work, bool found_input, uint64_t last_app_poll_ns);
+    // Before a round of the engine's work (bounds it under real time).
+    void before_round() {
+        if (tier_.realtime())
+            RealtimeRound::begin(monotonic_ns());
+    }
     // Before the thread waits for a round, when it has run for something
     // else since the last one (its run delay since then is not a round's).
     void rebase();

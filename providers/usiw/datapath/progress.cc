@@ -116,7 +116,7 @@ class Engine {
             // company goes now.
             release_held(true, true);
         }
-        const bool found = lock && progress(&DeviceStats::progress_in_poll) > 0;
+        const bool found = lock && progress(&DeviceStats::progress_in_poll).ready > 0;
         last_return_ns = found ? monotonic_ns() : now;
         return found;
     }
@@ -248,12 +248,14 @@ class Engine {
             }
             if (app_polling())
                 continue;  // it has started polling meanwhile: leave it the work
-            int ready;
+            Round found;
             {
                 std::lock_guard lock(progress_mutex_);
-                ready = progress(&DeviceStats::progress_in_engine);
+                scheduling.before_round();  // its bound counts from here
+                found = progress(&DeviceStats::progress_in_engine);
             }
-            scheduling.after_round(ready > 0, last_app_poll_ns_.load(std::memory_order_relaxed));
+            scheduling.after_round(found.ready > 0, found.input > 0,
+                                   last_app_poll_ns_.load(std::memory_order_relaxed));
         }
     }
 
@@ -262,13 +264,21 @@ class Engine {
         [[maybe_unused]] ssize_t n = read(wake_fd_, &count, sizeof count);
     }
 
+    // What a round found: streams ready, and of those, with input.
+    struct Round {
+        int ready = 0;
+        int input = 0;
+    };
+
     // Takes one batch of ready streams, without waiting, and moves each
-    // forward, counting each in its device's `counter`. Returns how many
-    // there were. Called with progress_mutex_ held.
-    int progress(std::atomic<uint64_t> DeviceStats::*counter) {
+    // forward, counting each in its device's `counter`. Called with
+    // progress_mutex_ held.
+    Round progress(std::atomic<uint64_t> DeviceStats::*counter) {
         epoll_event events[64];
-        const int n = socket_watch_ready(events, 64);
-        for (int i = 0; i < n; ++i) {
+        Round found;
+        found.ready = socket_watch_ready(events, 64);
+        for (int i = 0; i < found.ready; ++i) {
+            RealtimeRound::check();
             auto* s = static_cast<Stream*>(events[i].data.ptr);
             if (s->dead.load())
                 continue;  // retired after this batch was fetched
@@ -277,6 +287,7 @@ class Engine {
             // a paused transmitter resume.
             if ((events[i].events & EPOLLERR) && stream_reap_zerocopy(s))
                 stream_transmit(s, false);
+            found.input += (events[i].events & EPOLLIN) != 0;
             if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
                 stream_receive(s);
             if ((events[i].events & EPOLLOUT) && !s->dead.load())
@@ -284,7 +295,7 @@ class Engine {
             if (!s->dead.load())
                 socket_watch_settle(s);
         }
-        return n;
+        return found;
     }
 
     // A stream whose unsignaled work waits for company (transmit_posted),

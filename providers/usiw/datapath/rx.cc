@@ -21,6 +21,7 @@
 #include "datapath/attach.h"
 #include "datapath/completion.h"
 #include "datapath/datapath.h"
+#include "datapath/engine_scheduling.h"
 #include "datapath/stream.h"
 #include "verbs/log.h"
 
@@ -1017,6 +1018,7 @@ void receive_locked(Stream* s) {
     // no receive buffer.
     thread_local std::vector<std::byte> staging(kReceiveBuffer);
     while (!s->ended.load()) {
+        RealtimeRound::check();
         iovec direct[kMaxSgeRd + 1];
         const size_t direct_count = receiver.direct_iov(direct, kMaxSgeRd);
         ssize_t n;

@@ -766,6 +766,7 @@ void transmit_locked(Stream* s, bool direct) {
     // A lingering QP whose peer is gone transmits nothing more: its work
     // waits for the QP's end (stream_peer_gone).
     while (!s->dead.load() && !s->terminate_sent && !s->peer_gone.load()) {
+        RealtimeRound::check();
         if (terminate_queued(s)) {
             // The batch in progress goes out whole, then the responses to
             // Read Requests accepted before the fault; the TERMINATE last.
