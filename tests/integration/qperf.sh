@@ -79,9 +79,13 @@ server_side() {
     fi
 }
 
-# qperf's own lines of a side's output, and usiw's connection-setup failures.
+# qperf's own lines of a side's output; usiw's connection-setup failures,
+# TERMINATEs and streams' ends, and its engine's changes of policy (which
+# say how the sides were scheduled).
 qperf_lines() { grep -v "^usiw: " "$1"; }
-cm_failures() { grep -h "^usiw: rdma_cm: .*\(failed\|reject\|dropping\)" "$@"; }
+usiw_lines() {
+    grep -h "^usiw: \(rdma_cm: .*\(failed\|reject\|dropping\)\|QP .*\(TERMINATE\|stream ended\)\|progress thread\)" "$@"
+}
 
 # run_one SERVER_CONF SERVER_NETNS CLIENT_CONF CLIENT_NETNS SERVER_ADDR PORT
 #         [OPTION...] TEST
@@ -149,7 +153,8 @@ suite() {
             bad "$tag qperf -cm1 $t: exit $RUN_RC"
             show client <(qperf_lines "$WORK/client") 10
             show server <(qperf_lines "$WORK/server") 10
-            show usiw <(cm_failures "$WORK/client" "$WORK/server") 10
+            show "usiw (client)" <(usiw_lines "$WORK/client") 12
+            show "usiw (server)" <(usiw_lines "$WORK/server") 12
         fi
     done
 }
