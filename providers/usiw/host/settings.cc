@@ -34,9 +34,10 @@ constexpr Setting kAll[] = {
      "SCHED_BATCH, so that its wake-ups for arriving data do not preempt the thread sending it; "
      "fair does so too, but switches to the default policy for a while when that keeps data "
      "waiting that only this thread can place (a target spinning on memory with no CPU free); "
-     "auto, as fair, then runs it under SCHED_FIFO priority 1 while that lasts and the thread "
-     "uses less than half a CPU, where the process may ask for real time (CAP_SYS_NICE or an "
-     "RLIMIT_RTPRIO of 1 or more); realtime runs it under SCHED_FIFO priority 1 always, so "
+     "auto, as fair, then runs it under SCHED_FIFO priority 1 while that lasts, as long as the "
+     "thread uses less than half a CPU, wakes mostly for arriving data and never works 2 ms at a "
+     "stretch, where the process may ask for real time (CAP_SYS_NICE or an RLIMIT_RTPRIO of 1 or "
+     "more); realtime runs it under SCHED_FIFO priority 1 always, so "
      "that each wake-up preempts any normal thread at once (a thread doing bulk work at that "
      "priority takes its CPU from the application, up to the kernel's real-time limit, 95% by "
      "default)",
