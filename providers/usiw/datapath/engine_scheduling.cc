@@ -70,26 +70,18 @@ EngineScheduling::~EngineScheduling() {
         close(loadavg_fd_);
 }
 
-// The first two fields of schedstat: nanoseconds spent on a CPU, and
-// runnable but waiting for one, over the thread's life. Returns false if
-// they cannot be read.
-bool EngineScheduling::read_schedstat(uint64_t* on_cpu_ns, uint64_t* waiting_ns) const {
+// The second field of schedstat: nanoseconds spent runnable but waiting for
+// a CPU, over the thread's life.
+uint64_t EngineScheduling::run_delay_ns() const {
     char text[96];
     const ssize_t n = pread(schedstat_fd_, text, sizeof text - 1, 0);
     if (n <= 0)
-        return false;
+        return last_run_delay_ns_;
     text[n] = '\0';
     unsigned long long on_cpu = 0, waiting = 0;
     if (std::sscanf(text, "%llu %llu", &on_cpu, &waiting) != 2)
-        return false;
-    *on_cpu_ns = on_cpu;
-    *waiting_ns = waiting;
-    return true;
-}
-
-uint64_t EngineScheduling::run_delay_ns() const {
-    uint64_t on_cpu, waiting;
-    return read_schedstat(&on_cpu, &waiting) ? waiting : last_run_delay_ns_;
+        return last_run_delay_ns_;
+    return waiting;
 }
 
 // The thread's own CPU clock, not schedstat's first field: for a thread
@@ -199,9 +191,7 @@ void EngineScheduling::after_round(bool found_work, bool found_input, uint64_t l
 void RealtimeRound::leave(uint64_t now_ns) {
     overran_ns_ = now_ns - (deadline_ns_ - kMaxRealtimeRoundNs);
     deadline_ns_ = 0;
-    const sched_param param{};
-    if (sched_setscheduler(0, SCHED_OTHER, &param) != 0)
-        log_debug("progress thread: sched_setscheduler(SCHED_OTHER): %s", strerror(errno));
+    EngineScheduling::apply(false);
 }
 
 bool EngineScheduling::apply(bool batch) {

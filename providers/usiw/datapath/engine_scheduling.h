@@ -426,12 +426,14 @@ class EngineScheduling {
     // else since the last one (its run delay since then is not a round's).
     void rebase();
 
+    // Puts the calling thread under SCHED_BATCH, or else the default
+    // policy; false (logged) if it cannot.
+    static bool apply(bool batch);
+
   private:
-    bool read_schedstat(uint64_t* on_cpu_ns, uint64_t* waiting_ns) const;
     uint64_t run_delay_ns() const;
     std::optional<uint64_t> on_cpu_ns() const;
     bool no_cpu_free() const;
-    bool apply(bool batch);
 
     bool adaptive_ = false;
     bool realtime_tier_ = false;  // auto, until SCHED_FIFO is refused
