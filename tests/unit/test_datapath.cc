@@ -3003,27 +3003,6 @@ bool realtime_permitted() {
     return permitted;
 }
 
-// The engine's thread runs under SCHED_BATCH, so that its wake-ups for bulk
-// input do not preempt the thread producing it. After each round of work
-// left to it (nobody polled a CQ meanwhile) it reads how long it waited for
-// a CPU, and a late round with no CPU free, or a run of late rounds,
-// switches it to SCHED_OTHER, and on to SCHED_FIFO priority 1 (auto's
-// real-time tier) if no CPU is free and the process may ask for real time;
-// after the hold (1 s at first) it returns to SCHED_BATCH if a CPU is free.
-//
-// That the kernel delays a SCHED_BATCH wake-up when no CPU is free is
-// Linux's part, measured in Documentation/performance.md; whether a given
-// round waits, and whether a CPU is free, is up to the scheduler and to
-// whatever else the machine runs, so this test does not depend on it.
-// ctest runs it with USIW_ENGINE_LATE_US=0 (every round left to the engine
-// counts as late, and the machine's load is left out):
-// usiw's part, finding the thread's rounds, reading their delay, switching
-// the real thread's policy and switching it back, then happens the same
-// way on an idle or a busy machine. The target spins on its memory, as
-// ib_write_lat's does, and never polls a CQ, so every round is left to the
-// engine. (BatchGovernor's and RealtimeTier's rules themselves, including
-// when real time ends for a thread that does too much at it:
-// test_engine_scheduling.)
 // `--scheduling-unprivileged`: the process gave up its permission to ask
 // for real time before its first thread started (drop_realtime_permission).
 bool g_realtime_dropped = false;
@@ -3048,6 +3027,27 @@ bool drop_realtime_permission() {
     return syscall(SYS_capset, &header, caps) == 0;
 }
 
+// The engine's thread runs under SCHED_BATCH, so that its wake-ups for bulk
+// input do not preempt the thread producing it. After each round of work
+// left to it (nobody polled a CQ meanwhile) it reads how long it waited for
+// a CPU, and a late round with no CPU free, or a run of late rounds,
+// switches it to SCHED_OTHER, and on to SCHED_FIFO priority 1 (auto's
+// real-time tier) if no CPU is free and the process may ask for real time;
+// after the hold (1 s at first) it returns to SCHED_BATCH if a CPU is free.
+//
+// That the kernel delays a SCHED_BATCH wake-up when no CPU is free is
+// Linux's part, measured in Documentation/performance.md; whether a given
+// round waits, and whether a CPU is free, is up to the scheduler and to
+// whatever else the machine runs, so this test does not depend on it.
+// ctest runs it with USIW_ENGINE_LATE_US=0 (every round left to the engine
+// counts as late, and the machine's load is left out):
+// usiw's part, finding the thread's rounds, reading their delay, switching
+// the real thread's policy and switching it back, then happens the same
+// way on an idle or a busy machine. The target spins on its memory, as
+// ib_write_lat's does, and never polls a CQ, so every round is left to the
+// engine. (BatchGovernor's and RealtimeTier's rules themselves, including
+// when real time ends for a thread that does too much at it:
+// test_engine_scheduling.)
 void test_engine_thread_scheduling(void**) {
     if (access("/proc/self/schedstat", R_OK) != 0) {
         print_message(
