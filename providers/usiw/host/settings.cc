@@ -37,15 +37,13 @@ constexpr Setting kAll[] = {
      "auto, as fair, then runs it under SCHED_FIFO priority 1 while that lasts, as long as the "
      "thread uses less than half a CPU, wakes mostly for arriving data and never works 2 ms at a "
      "stretch, where the process may ask for real time (CAP_SYS_NICE or an RLIMIT_RTPRIO of 1 or "
-     "more); realtime runs it under SCHED_FIFO priority 1 always, so "
-     "that each wake-up preempts any normal thread at once (a thread doing bulk work at that "
-     "priority takes its CPU from the application, up to the kernel's real-time limit, 95% by "
-     "default)",
+     "more); realtime runs it under SCHED_FIFO priority 1 always, so that each wake-up preempts "
+     "any normal thread at once (a thread doing bulk work at that priority takes its CPU from "
+     "the application, up to the kernel's real-time limit, 95% by default)",
      Scope::kProvider},
     {"USIW_ENGINE_LATE_US", "microseconds", "250",
-     "auto's and fair's measure: a round of the progress thread's work that waited this long for a "
-     "CPU "
-     "was late; one late round while no CPU is free, or 4 in a row, switch it to the default "
+     "auto's and fair's measure: a round of the progress thread's work that waited this long for "
+     "a CPU was late; one late round while no CPU is free, or 4 in a row, switch it to the default "
      "policy (0: every round counts as late, and only 4 in a row switch, whatever the load)",
      Scope::kProvider},
     {"USIW_TX_BATCH_US", "microseconds, 0 to 1000000 (0: off)", "20",
