@@ -298,6 +298,12 @@ void connect_accept_disconnect(const char* ip, bool server_disconnects) {
     assert_int_equal(req->param.conn.initiator_depth, enhanced_setup() ? 5 : 128);
     assert_int_equal(req->param.conn.responder_resources, enhanced_setup() ? 3 : 128);
     assert_int_equal(ntohs(rdma_get_dst_port(c.id)), l.port);
+    // The child's route is the connection as accept saw it: from the
+    // client's port, which the client's id shows once its TCP connect is
+    // done (the port is picked at connect, not at rdma_resolve_addr).
+    assert_int_equal(ntohs(rdma_get_src_port(child)), l.port);
+    assert_int_not_equal(rdma_get_src_port(c.id), 0);
+    assert_int_equal(rdma_get_dst_port(child), rdma_get_src_port(c.id));
     rdma_ack_cm_event(req);
 
     // Receives can be posted before accept.

@@ -274,6 +274,17 @@ Device* device_for_local_destination(const SockAddr& destination) {
 }
 
 int route_source(const SockAddr& destination, SockAddr* source) {
+    // 127.0.0.1 and ::1 route from themselves (the kernel's local table
+    // says "local 127.0.0.1 dev lo ... src 127.0.0.1"): no probe socket,
+    // four system calls fewer on each loopback connection. Others in
+    // 127.0.0.0/8 route from 127.0.0.1, so they ask.
+    SockAddr plain = destination;
+    plain.set_port(0);
+    const SockAddr host = plain.unmapped();  // ::ffff:127.0.0.1 as 127.0.0.1
+    if (host == SockAddr::loopback(host.family())) {
+        *source = plain;
+        return 0;
+    }
     UniqueFd probe(socket(destination.family(), SOCK_DGRAM | SOCK_CLOEXEC, 0));
     if (!probe)
         return errno;

@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstring>
 #include <new>
+#include <optional>
 #include <utility>
 
 #include "cm/cm_engine.h"
@@ -62,6 +63,10 @@ class ListenerWatch final : public EngineClient {
         // Once here, for every connection: the sockets it accepts inherit
         // the stream's options (checked on the first, inherits_socket_setup).
         socket_ = {true, stream_socket_setup(fd_)};
+        // Bound to one address, every socket it accepts has that address:
+        // no getsockname per connection.
+        if (const auto local = SockAddr::local_of(fd_); local && !local->is_any())
+            listening_ = *local;
     }
 
     int fd() const { return fd_; }
@@ -70,7 +75,10 @@ class ListenerWatch final : public EngineClient {
     void on_io(uint32_t) override {
         // A bounded batch, so one busy listener cannot starve the rest.
         for (int i = 0; i < 64; ++i) {
-            UniqueFd fd(accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+            SockAddr peer;
+            peer.len = sizeof peer.storage;
+            UniqueFd fd(accept4(fd_, reinterpret_cast<sockaddr*>(&peer.storage), &peer.len,
+                                SOCK_NONBLOCK | SOCK_CLOEXEC));
             if (!fd) {
                 if (errno == EINTR || errno == ECONNABORTED)
                     continue;
@@ -86,7 +94,7 @@ class ListenerWatch final : public EngineClient {
             }
             // A specific address names its device; a device address can
             // also lose its device between listen and accept.
-            const auto local = SockAddr::local_of(fd.get());
+            const auto local = listening_ ? listening_ : SockAddr::local_of(fd.get());
             Device* device = local ? device_for_local_address(*local) : nullptr;
             DeviceContext* dc = device ? device_context(device) : nullptr;
             if (!dc) {
@@ -100,7 +108,7 @@ class ListenerWatch final : public EngineClient {
             }
             const SocketSetup inherited =
                 inherits_socket_setup(fd_, fd.get()) ? socket_ : SocketSetup{};
-            Connection::incoming(listener_, std::move(fd), dc, inherited);
+            Connection::incoming(listener_, std::move(fd), dc, inherited, *local, peer);
         }
     }
     void on_timer() override { Engine::get().rewatch(token_, fd_, EPOLLIN); }
@@ -123,7 +131,8 @@ class ListenerWatch final : public EngineClient {
     UniqueFd owned_;
     SockAddr address_;
     uint64_t token_ = 0;
-    SocketSetup socket_;  // what stream_socket_setup left on fd_
+    SocketSetup socket_;                 // what stream_socket_setup left on fd_
+    std::optional<SockAddr> listening_;  // fd_'s address, unless a wildcard
 };
 
 namespace user {
@@ -243,15 +252,26 @@ void stop_listening(CmId* c) {
 }
 
 // Makes the id's TCP socket and binds it: the rdma_cm port is the TCP port.
-int bind_socket(CmId* c, const SockAddr& address) {
+// With port_at_connect, a socket bound for an outgoing connection to port 0
+// gets its port when it connects (IP_BIND_ADDRESS_NO_PORT), as a plain TCP
+// client does: bind() would pick one unique on the address, and with a few
+// thousand connections in TIME_WAIT its search took nearly half the CPU of
+// a client that connects again and again (perf, usiw_connrate). connect()
+// needs only a unique 4-tuple. The id's route shows the port from then on.
+int bind_socket(CmId* c, const SockAddr& address, bool port_at_connect = false) {
     UniqueFd fd(socket(address.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     if (!fd)
         return errno;
-    // Always, as siw does: the kernel's rdma_cm port space has no
-    // TIME_WAIT, so a server restarted on its port must bind at once. Two
-    // listeners on one port still conflict (at listen()).
+    // As siw does: the kernel's rdma_cm port space has no TIME_WAIT, so a
+    // server restarted on its port must bind at once. Two listeners on one
+    // port still conflict (at listen()). A port picked at connect needs
+    // only its 4-tuple unique, whatever is in TIME_WAIT.
     const int on = 1;
-    setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+    port_at_connect = port_at_connect && address.port() == 0;
+    if (port_at_connect)
+        setsockopt(fd.get(), IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &on, sizeof on);
+    else
+        setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
     if (address.family() == AF_INET6 && c->afonly) {
         const int only = *c->afonly;
         if (setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &only, sizeof only) != 0)
@@ -261,7 +281,8 @@ int bind_socket(CmId* c, const SockAddr& address) {
         apply_tos(fd.get(), address.family(), *c->tos);
     if (bind(fd.get(), address.sa(), address.len) != 0)
         return errno;
-    const auto local = SockAddr::local_of(fd.get());
+    // Bound without a port, the address is the one given.
+    const auto local = port_at_connect ? std::optional(address) : SockAddr::local_of(fd.get());
     if (!local)
         return errno;
     c->socket = std::move(fd);
@@ -408,8 +429,8 @@ int resolve_addr(CmId* c, const sockaddr* src, const sockaddr* dst, int /*timeou
                 status = device ? -errno : -ENODEV;
         }
         if (status == 0 && !c->socket) {
-            status = -bind_socket(c, local);
-            if (status == 0)  // the port it got, as bind_socket read it into the route
+            status = -bind_socket(c, local, /*port_at_connect=*/true);
+            if (status == 0)  // port 0 until connect, as bind_socket read it into the route
                 bound = SockAddr::from(&c->id.route.addr.src_addr);
         }
         if (status != 0) {

@@ -354,12 +354,14 @@ void Connection::connect_failed(int status, const char* why,
 
 // --- passive side ---
 
-void Connection::incoming(CmId* listener, UniqueFd fd, DeviceContext* device,
-                          SocketSetup inherited) {
+void Connection::incoming(CmId* listener, UniqueFd fd, DeviceContext* device, SocketSetup inherited,
+                          const SockAddr& local, const SockAddr& peer) {
     auto* conn = new (std::nothrow) Connection(false, std::move(fd), device);
     if (!conn)
         return;  // `fd` was not taken: it closes on return
     conn->listener_ = listener;
+    conn->local_ = local;
+    conn->peer_ = peer;
     listener->pending.insert(conn);
     conn->socket_ =
         inherited.done ? inherited : SocketSetup{true, stream_socket_setup(conn->fd_.get())};
@@ -388,17 +390,14 @@ void Connection::request_received(const wire::MpaFrame& request) {
     child->conn = this;
     child->peer_ird = request_.peer_ird;
     child->peer_ord = request_.peer_ord;
-    const auto local = SockAddr::local_of(fd_.get());
-    const auto peer = SockAddr::peer_of(fd_.get());
-    if (local && peer)
-        set_route(child, &*local, &*peer);
+    set_route(child, &local_, &peer_);
     // The application decides now; nothing more is read until it has.
     Engine::get().unwatch(&token_, fd_.get());
     enter(ConnState::kAwaitingAccept);
     log_debug(
         "rdma_cm: MPA request from %s: rev %u%s, CRC %s, IRD %u ORD %u, RTR %s, %zu bytes of "
         "private data",
-        peer ? peer->str().c_str() : "?", request.revision, request.enhanced ? " enhanced" : "",
+        peer_.str().c_str(), request.revision, request.enhanced ? " enhanced" : "",
         request.crc ? "asked" : "not asked", request_.peer_ird, request_.peer_ord,
         rtr_name(request_.rtr), request.private_data.size());
     if (CmEvent* e = make_event(child, RDMA_CM_EVENT_CONNECT_REQUEST, 0, listener)) {

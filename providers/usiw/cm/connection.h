@@ -49,10 +49,12 @@ class Connection final : public EngineClient,
     static int connect(CmId* id, Qp* qp, uint16_t ird, uint16_t ord,
                        std::span<const std::byte> private_data);
 
-    // A connection accepted on `listener`'s socket: waits for the request.
-    // `inherited`: what `fd` inherited from its listening socket's
-    // stream_socket_setup (not done: the connection sets the socket up).
-    static void incoming(CmId* listener, UniqueFd fd, DeviceContext* device, SocketSetup inherited);
+    // A connection accepted on `listener`'s socket, from `peer` to `local`:
+    // waits for the request. `inherited`: what `fd` inherited from its
+    // listening socket's stream_socket_setup (not done: the connection
+    // sets the socket up).
+    static void incoming(CmId* listener, UniqueFd fd, DeviceContext* device, SocketSetup inherited,
+                         const SockAddr& local, const SockAddr& peer);
 
     // rdma_accept / rdma_reject on the id that received CONNECT_REQUEST.
     int accept(Qp* qp, uint16_t ird, uint16_t ord, std::span<const std::byte> private_data);
@@ -124,9 +126,10 @@ class Connection final : public EngineClient,
     SocketSetup socket_{};         // fd_'s stream options
     int watch_error_ = 0;          // watch() failed: on_timer() ends the connection with it
 
-    Offer offer_{};             // active: what the request said
-    RequestOutcome request_{};  // passive: what we made of the request
-    Terms terms_{};             // passive: the IRD/ORD we accepted with
+    Offer offer_{};              // active: what the request said
+    RequestOutcome request_{};   // passive: what we made of the request
+    SockAddr local_{}, peer_{};  // passive: the addresses accept4 saw, for the child's route
+    Terms terms_{};              // passive: the IRD/ORD we accepted with
 
     // Set by stream_ended (any thread), read by run_in_engine.
     StreamEnd end_why_ = StreamEnd::kLocalDisconnect;

@@ -62,12 +62,14 @@ void MpaExchange::connect_and_request(int fd, const sockaddr* destination, sockl
                                       PendingWrite request) {
     out_ = std::move(request);
     if (::connect(fd, destination, length) == 0)
-        return tcp_connect_done(fd);
+        return tcp_connect_done(fd, true);
     if (errno == EINPROGRESS) {
         step_ = Step::kTcpConnecting;
+        // Writable with no error or hang-up flagged: connected, with no
+        // SO_ERROR to ask for.
         pollfd done{fd, POLLOUT, 0};
         if (poll(&done, 1, 0) == 1)
-            return tcp_connect_done(fd);
+            return tcp_connect_done(fd, done.revents == POLLOUT);
         return mpa_watch(EPOLLOUT);
     }
     // Loopback refuses at once.
@@ -112,10 +114,10 @@ void MpaExchange::drive_exchange(int fd) {
     }
 }
 
-void MpaExchange::tcp_connect_done(int fd) {
+void MpaExchange::tcp_connect_done(int fd, bool connected) {
     int error = 0;
     socklen_t len = sizeof error;
-    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) != 0)
+    if (!connected && getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) != 0)
         error = errno;
     if (error != 0) {
         step_ = Step::kIdle;

@@ -118,7 +118,9 @@ class MpaExchange {
 
   private:
     void await_frame(wire::MpaKind kind);  // a fresh reader for the peer's frame
-    void tcp_connect_done(int fd);
+    // `connected`: the caller saw the handshake succeed (connect() returned
+    // 0, or poll gave POLLOUT alone); otherwise SO_ERROR says.
+    void tcp_connect_done(int fd, bool connected = false);
     void write_on(int fd);
     void read_on(int fd);
 
