@@ -2,9 +2,10 @@
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # Tests usiw_connrate (benchmarks/usiw_connrate.cc), the connection-rate tool
 # scripts/bench.sh runs: 20 rdma_cm connections over usiw0 on loopback and
-# 20 plain TCP ones must all complete with both ends exiting 0; a client
-# with no server, and a server that gets fewer connections than it waits
-# for, must both exit 1.
+# 20 plain TCP ones must all complete with both ends exiting 0; so must
+# 20,000 rdma_cm connections from a client with 16,000 ephemeral ports (as
+# root); a client with no server, and a server that gets fewer connections
+# than it waits for, must both exit 1.
 #
 # Usage: connrate.sh PATH/TO/usiw PATH/TO/usiw_connrate
 # Prints one line per check and "N passed, M failed"; exits 1 if any failed.
@@ -74,6 +75,38 @@ if [ "$rc" -eq 1 ] && grep -q "connection 1:" <<<"$out"; then
     ok "a refused connection fails the client: $out"
 else
     bad "a refused connection fails the client (exit $rc): $out"
+fi
+
+# More connections one after another than the client has ephemeral ports,
+# within TIME_WAIT: in a namespace of its own with 16,000 ports
+# (30000-45999), 20,000 connections. The client closes first, so each port
+# it used stays in TIME_WAIT for a minute. connect() takes such a port
+# again (tcp_tw_reuse, a second after its last segment); bind() to port 0
+# never does, and the client's rdma_resolve_addr failed with EADDRINUSE
+# once the range was spent (ADDR_ERROR at connection 28,233 with Linux's
+# default range). Root only.
+if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null; then
+    skip "more connections than ephemeral ports: needs root and iproute2"
+else
+    NS=usiw-connrate-$$
+    trap 'cleanup; ip netns del "$NS" 2>/dev/null' EXIT
+    MANY=20000
+    if ip netns add "$NS" && ip -n "$NS" link set lo up &&
+        ip netns exec "$NS" sysctl -qw net.ipv4.ip_local_port_range="30000 45999"; then
+        if server_client "$PORT" "$NS" 5 "$WORK/many.server" "$WORK/many.client" \
+            ip netns exec "$NS" timeout 50 "$USIW" run "$CONNRATE" server -p "$PORT" -n $MANY \
+            -t 5000 127.0.0.1 \
+            -- ip netns exec "$NS" timeout 50 "$USIW" run "$CONNRATE" client -p "$PORT" \
+            -n $MANY -t 5000 127.0.0.1 &&
+            [ "$client_rc" -eq 0 ] && [ "$server_rc" -eq 0 ]; then
+            ok "$MANY connections from 16,000 ephemeral ports: $(cat "$WORK/many.client")"
+        else
+            bad "$MANY connections from 16,000 ephemeral ports (client $client_rc, server $server_rc)"
+            tail -n 3 "$WORK/many.client" "$WORK/many.server"
+        fi
+    else
+        bad "more connections than ephemeral ports: could not make the namespace"
+    fi
 fi
 
 # The server waits for one connection more than the client makes.

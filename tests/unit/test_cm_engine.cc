@@ -170,6 +170,47 @@ void test_engine_does_what_is_handed_outside_a_scope(void**) {
     assert_true(freed_on.load() != std::this_thread::get_id());
 }
 
+// A client whose deadline says when it came.
+struct TimerClient final : EngineClient {
+    std::atomic<bool> fired{false};
+    std::chrono::steady_clock::time_point fired_at{};
+    void on_io(uint32_t) override {}
+    void on_timer() override {
+        fired_at = std::chrono::steady_clock::now();
+        fired.store(true);
+    }
+};
+
+// Deadlines armed from an application's thread while the engine's sleeps:
+// one later than a pending timerfd expiry sets no timerfd (the engine wakes
+// at that expiry and then waits for it), even when the earlier deadline is
+// cancelled; one armed after the expiry has passed sets it again.
+void test_deadlines_armed_from_another_thread_come(void**) {
+    Engine& engine = Engine::get();
+    assert_int_equal(engine.start(), 0);
+    using std::chrono::milliseconds;
+    TimerClient early, late, again;
+    const auto armed = std::chrono::steady_clock::now();
+    {
+        std::lock_guard lock(cm_mutex());
+        engine.arm_timer(&early, 100);
+        engine.arm_timer(&late, 300);
+        engine.cancel_timer(&early);
+    }
+    assert_true(becomes_true(late.fired));
+    assert_true(late.fired_at - armed >= milliseconds(300));
+    assert_false(early.fired.load());
+
+    const auto rearmed = std::chrono::steady_clock::now();
+    {
+        std::lock_guard lock(cm_mutex());
+        engine.arm_timer(&again, 50);
+    }
+    assert_true(becomes_true(again.fired));
+    assert_true(again.fired_at - rearmed >= milliseconds(50));
+    assert_false(early.fired.load());
+}
+
 }  // namespace
 
 int main(void) {
@@ -178,6 +219,7 @@ int main(void) {
         cmocka_unit_test(test_round_end_defers_each_work_once),
         cmocka_unit_test(test_scope_runs_its_posts_and_frees_its_retired),
         cmocka_unit_test(test_engine_does_what_is_handed_outside_a_scope),
+        cmocka_unit_test(test_deadlines_armed_from_another_thread_come),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

@@ -99,6 +99,12 @@ struct Engine::Impl {
     std::multimap<Clock::time_point, EngineClient*> timers;
     std::unordered_map<EngineClient*, std::multimap<Clock::time_point, EngineClient*>::iterator>
         timer_of;
+    // When the timerfd was last set to expire. A deadline armed later than
+    // a pending expiry needs no timerfd_settime: the engine wakes at that
+    // expiry and then waits for its nearest deadline. A client that
+    // connects again and again arms a deadline per connection, each later
+    // than the one it cancelled.
+    Clock::time_point timer_fd_expiry{};
     std::vector<EngineClient*> retired;
 
     std::mutex inbox_mutex;  // protects inbox_head / inbox_tail; a leaf lock
@@ -158,6 +164,7 @@ int Engine::start_thread() {
     impl_->timer_fd.reset(timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
     if (!impl_->timer_fd)
         return failed("timerfd_create");
+    impl_->timer_fd_expiry = {};  // a new timerfd is disarmed
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.u64 = kWakeToken;
@@ -212,10 +219,12 @@ void Engine::arm_timer(EngineClient* client, int milliseconds) {
         log_error("rdma_cm: no CM engine: timer lost");
         return;
     }
-    const auto when = Clock::now() + std::chrono::milliseconds(milliseconds);
+    const auto now = Clock::now();
+    const auto when = now + std::chrono::milliseconds(milliseconds);
     const bool earliest = impl_->timers.empty() || when < impl_->timers.begin()->first;
     impl_->timer_of[client] = impl_->timers.emplace(when, client);
-    if (earliest && !t_on_engine_thread) {
+    const bool pending_before = impl_->timer_fd_expiry <= when && impl_->timer_fd_expiry > now;
+    if (earliest && !t_on_engine_thread && !pending_before) {
         // The engine may be sleeping on a later deadline. steady_clock is
         // CLOCK_MONOTONIC, the timerfd's clock.
         const auto ns =
@@ -225,7 +234,9 @@ void Engine::arm_timer(EngineClient* client, int milliseconds) {
         at.it_value.tv_nsec = static_cast<long>(ns % 1000000000);
         if (at.it_value.tv_sec == 0 && at.it_value.tv_nsec == 0)
             at.it_value.tv_nsec = 1;  // zero would disarm it
-        if (timerfd_settime(impl_->timer_fd.get(), TFD_TIMER_ABSTIME, &at, nullptr) != 0)
+        if (timerfd_settime(impl_->timer_fd.get(), TFD_TIMER_ABSTIME, &at, nullptr) == 0)
+            impl_->timer_fd_expiry = when;
+        else
             impl_->wake();
     }
 }
