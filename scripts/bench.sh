@@ -37,7 +37,8 @@
 # (scripts/qemu/guest.sh) and measures usiw, kernel siw and kernel rxe side
 # by side on the same path in one boot (scripts/qemu/bench_guest.sh):
 # perftest -R bandwidth at 64 KiB and 1 MiB, 8-byte latency and the
-# 64-byte message rate of WRITE and SEND (with --msgrate that alone), after a
+# 64-byte message rate of WRITE and SEND (with --msgrate that alone, with
+# --latency the latencies alone), after a
 # warm-up pass, the kinds taking turns --runs times; with the ratios
 # usiw/siw and usiw/rxe of the medians. Emulation slows all three; only the
 # ratios mean anything.
@@ -54,7 +55,7 @@
 # ib_write_lat, ib_send_lat and ib_send_lat -e with their 99.9th percentiles.
 #
 # Usage: scripts/bench.sh [--quick] [--msgrate|--latency] [--runs N] [loopback|netns|all]
-#        scripts/bench.sh --guest [--quick] [--msgrate] [--runs N]  (N rounds in one boot)
+#        scripts/bench.sh --guest [--quick] [--msgrate|--latency] [--runs N]  (N rounds in one boot)
 #        scripts/bench.sh --zerocopy [--quick] [--runs N]  (one boot per run)
 #   --quick   shorter runs, one of each (a smoke test of the script itself)
 #   --runs N  runs of each measurement, usiw's and raw TCP's alike; the
@@ -146,8 +147,9 @@ fi
 
 # --guest: usiw against kernel siw and rxe, side by side in one boot.
 if [ $guest -eq 1 ]; then
-    [ $latency -eq 1 ] && { echo "bench.sh: --latency is for the host runs" >&2; exit 2; }
+    [ $msgrate -eq 1 ] && [ $latency -eq 1 ] && { echo "bench.sh: --msgrate or --latency, not both" >&2; exit 2; }
     [ $msgrate -eq 1 ] && guest_args=(usiw,siw,rxe msgrate)
+    [ $latency -eq 1 ] && guest_args=(usiw,siw,rxe latency)
     guest_runs guest "$top/scripts/qemu/bench_guest.sh" guest-bench.csv 1
     echo "each figure is the median of $runs run(s) in one boot, the kinds taking turns"
     /usr/bin/python3 "$top/scripts/bench_summary.py" guest "$top/build/bench/guest.csv" \
