@@ -145,7 +145,8 @@ suite() {
 
     # iperf3, unmodified, under librspreload.so: 8 MiB from client to
     # server. iperf3 checks no data: its client must report all of it sent
-    # and the server some of it received (the server stops counting when the
+    # (8.00 to 8.12 MBytes: after a partial send its last 128 KiB block can
+    # pass -n, as in a busy machine's run) and the server some of it received (the server stops counting when the
     # client's "done" reaches it on the control connection, which can pass
     # the last data still in flight, over TCP too), and the bytes must have
     # gone through usiw.
@@ -156,7 +157,7 @@ suite() {
     local bytes=$((8 * 1048576))
     before_tx=$(tx_bytes "$cconf")
     SIDE_ENV=(LD_PRELOAD="$RSPRELOAD")
-    check "$tag iperf3 under librspreload.so" "$p" "$senv" "$cenv" "8.00 MBytes .* sender" \
+    check "$tag iperf3 under librspreload.so" "$p" "$senv" "$cenv" "8\.(0[0-9]|1[0-2]) MBytes .* sender" \
         -- iperf3 -s -1 -p "$p" \
         -- iperf3 -c "$saddr" -p "$p" -n "$bytes"
     SIDE_ENV=()
