@@ -89,7 +89,7 @@ if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null; then
     skip "more connections than ephemeral ports: needs root and iproute2"
 else
     NS=usiw-connrate-$$
-    trap 'cleanup; ip netns del "$NS" 2>/dev/null' EXIT
+    trap 'cleanup; netns_del "$NS"' EXIT
     MANY=20000
     if ip netns add "$NS" && ip -n "$NS" link set lo up &&
         ip netns exec "$NS" sysctl -qw net.ipv4.ip_local_port_range="30000 45999"; then

@@ -146,10 +146,10 @@ suite() {
     # iperf3, unmodified, under librspreload.so: 8 MiB from client to
     # server. iperf3 checks no data: its client must report all of it sent
     # (8.00 to 8.12 MBytes: after a partial send its last 128 KiB block can
-    # pass -n, as in a busy machine's run) and the server some of it received (the server stops counting when the
-    # client's "done" reaches it on the control connection, which can pass
-    # the last data still in flight, over TCP too), and the bytes must have
-    # gone through usiw.
+    # pass -n, as in a busy machine's run) and the server some of it
+    # received (the server stops counting when the client's "done" reaches
+    # it on the control connection, which can pass the last data still in
+    # flight, over TCP too), and the bytes must have gone through usiw.
     if ! command -v iperf3 >/dev/null; then
         skip "$tag iperf3 under librspreload.so: iperf3 is not installed"
         return
