@@ -3034,6 +3034,8 @@ bool drop_realtime_permission() {
 // switches it to SCHED_OTHER, and on to SCHED_FIFO priority 1 (auto's
 // real-time tier) if no CPU is free and the process may ask for real time;
 // after the hold (1 s at first) it returns to SCHED_BATCH if a CPU is free.
+// While an application thread busy-polls meanwhile, it steps aside under
+// SCHED_BATCH, and takes the held policy again when the polling stops.
 //
 // That the kernel delays a SCHED_BATCH wake-up when no CPU is free is
 // Linux's part, measured in Documentation/performance.md; whether a given
@@ -3092,6 +3094,34 @@ void test_engine_thread_scheduling(void**) {
     for (uint32_t seed = 101; seed <= 120; ++seed)
         write_and_watch(p, src, dst, seed, "engine scheduling: WRITEs placed while the hold lasts",
                         Watch::kSpinning);
+
+    // While a thread busy-polls, the engine's thread steps aside and only
+    // looks every 0.5 ms whether the polling goes on: it does so under
+    // SCHED_BATCH, whose wake-ups do not preempt the polling thread (under
+    // the held policy each look would), and returns to the held policy when
+    // the polling stops. It steps aside when input wakes it while the
+    // thread polls: up to 40 WRITEs, for a loaded machine that keeps the
+    // spinning thread from its streak of polls.
+    {
+        Spinner spinner(new_cq(p.hb, 4));
+        int aside = engine_thread_policy();
+        int writes_polled = 0;
+        while (aside != SCHED_BATCH && writes_polled < 40) {
+            write_and_watch(p, src, dst, 121 + writes_polled++,
+                            "engine scheduling: WRITEs while a thread busy-polls");
+            aside = engine_thread_policy();
+        }
+        EXPECT(aside == SCHED_BATCH,
+               "while a thread busy-polled a CQ, through %d WRITEs, the stepped-aside progress"
+               " thread ran under %s, not SCHED_BATCH",
+               writes_polled, policy_name(aside));
+        print_message("  the progress thread stepped aside under SCHED_BATCH after %d WRITEs\n",
+                      writes_polled);
+    }
+    const int stepped_back = await_engine_policy(held);
+    EXPECT(stepped_back == held,
+           "once the busy-polling thread had stopped, the progress thread ran under %s, not %s",
+           policy_name(stepped_back), policy_name(held));
 
     // The hold is 1 s, the first switch of this process's engine.
     usleep(1'100'000);

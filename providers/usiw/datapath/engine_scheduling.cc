@@ -188,6 +188,26 @@ void EngineScheduling::after_round(bool found_work, bool found_input, uint64_t l
     }
 }
 
+void EngineScheduling::step_aside() {
+    if (!adaptive_ || aside_ || governor_.batch())
+        return;
+    aside_ = apply(true);
+}
+
+void EngineScheduling::step_back() {
+    if (!aside_)
+        return;
+    aside_ = false;
+    if (tier_.realtime()) {
+        const sched_param param{.sched_priority = kRealtimePriority};
+        if (sched_setscheduler(0, SCHED_FIFO, &param) == 0)
+            return;
+        tier_.left();
+    }
+    if (!apply(false))
+        adaptive_ = realtime_tier_ = false;
+}
+
 void RealtimeRound::leave(uint64_t now_ns) {
     overran_ns_ = now_ns - (deadline_ns_ - kMaxRealtimeRoundNs);
     deadline_ns_ = 0;

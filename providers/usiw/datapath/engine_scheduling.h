@@ -426,6 +426,14 @@ class EngineScheduling {
     // else since the last one (its run delay since then is not a round's).
     void rebase();
 
+    // While an application thread busy-polls, this thread only looks every
+    // 0.5 ms whether it still does. Under the default policy or real time
+    // each look would preempt the polling thread, so it waits under
+    // SCHED_BATCH meanwhile (step_aside) and returns to what the governor
+    // and the tier chose (step_back).
+    void step_aside();
+    void step_back();
+
     // Puts the calling thread under SCHED_BATCH, or else the default
     // policy; false (logged) if it cannot.
     static bool apply(bool batch);
@@ -437,6 +445,7 @@ class EngineScheduling {
 
     bool adaptive_ = false;
     bool realtime_tier_ = false;  // auto, until SCHED_FIFO is refused
+    bool aside_ = false;          // under SCHED_BATCH for step_aside
     int schedstat_fd_ = -1;
     int loadavg_fd_ = -1;
     long cpus_ = 1;

@@ -213,6 +213,7 @@ class Engine {
                 // app_sleeping() clears app_polled_ns_ before it reads
                 // stepped_aside_: one of the two sees the other.
                 if (app_polling()) {
+                    scheduling.step_aside();
                     pollfd wake{wake_fd_, POLLIN, 0};
                     const timespec check{0, kStepAsideCheckUs * 1000};
                     ::ppoll(&wake, 1, &check, nullptr);
@@ -229,6 +230,7 @@ class Engine {
             // What the thread waited for a CPU while it stepped aside is no
             // round's (read once on the way back, not at every check).
             if (was_aside) {
+                scheduling.step_back();
                 scheduling.rebase();
                 was_aside = false;
             }

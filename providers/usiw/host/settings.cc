@@ -39,7 +39,9 @@ constexpr Setting kAll[] = {
      "stretch, where the process may ask for real time (CAP_SYS_NICE or an RLIMIT_RTPRIO of 1 or "
      "more); realtime runs it under SCHED_FIFO priority 1 always, so that each wake-up preempts "
      "any normal thread at once (a thread doing bulk work at that priority takes its CPU from "
-     "the application, up to the kernel's real-time limit, 95% by default)",
+     "the application, up to the kernel's real-time limit, 95% by default); under auto and fair "
+     "the thread waits under SCHED_BATCH while an application thread busy-polls and does its "
+     "work",
      Scope::kProvider},
     {"USIW_ENGINE_LATE_US", "microseconds", "250",
      "auto's and fair's measure: a round of the progress thread's work that waited this long for "
