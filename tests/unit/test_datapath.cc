@@ -3071,6 +3071,7 @@ void test_engine_thread_scheduling(void**) {
            policy_name(started));
 
     int writes = 0;
+    const auto before_hold = Clock::now();
     while (engine_thread_policy() == SCHED_BATCH && writes < 100)
         write_and_watch(p, src, dst, 1 + writes++, "engine scheduling: rounds left to the engine",
                         Watch::kSpinning);
@@ -3100,28 +3101,40 @@ void test_engine_thread_scheduling(void**) {
     // SCHED_BATCH, whose wake-ups do not preempt the polling thread (under
     // the held policy each look would), and returns to the held policy when
     // the polling stops. It steps aside when input wakes it while the
-    // thread polls: up to 40 WRITEs, for a loaded machine that keeps the
-    // spinning thread from its streak of polls.
+    // thread polls, and steps back at a look that finds the polling
+    // paused: on a loaded machine the spinning thread loses its CPU now and
+    // then, so WRITEs go on until a reading of the policy finds SCHED_BATCH
+    // (or kTimeoutMs passes). Checked outside the spinner's scope: a failed
+    // check must not leave it polling a CQ that teardown destroys.
+    int aside = engine_thread_policy();
+    int writes_polled = 0;
     {
         Spinner spinner(new_cq(p.hb, 4));
-        int aside = engine_thread_policy();
-        int writes_polled = 0;
-        while (aside != SCHED_BATCH && writes_polled < 40) {
+        const auto deadline = Clock::now() + std::chrono::milliseconds(kTimeoutMs);
+        while (aside != SCHED_BATCH && Clock::now() < deadline) {
             write_and_watch(p, src, dst, 121 + writes_polled++,
                             "engine scheduling: WRITEs while a thread busy-polls");
             aside = engine_thread_policy();
         }
-        EXPECT(aside == SCHED_BATCH,
-               "while a thread busy-polled a CQ, through %d WRITEs, the stepped-aside progress"
-               " thread ran under %s, not SCHED_BATCH",
-               writes_polled, policy_name(aside));
-        print_message("  the progress thread stepped aside under SCHED_BATCH after %d WRITEs\n",
-                      writes_polled);
     }
+    EXPECT(aside == SCHED_BATCH,
+           "while a thread busy-polled a CQ, through %d WRITEs, the stepped-aside progress"
+           " thread ran under %s, not SCHED_BATCH",
+           writes_polled, policy_name(aside));
+    print_message("  the progress thread stepped aside under SCHED_BATCH after %d WRITEs\n",
+                  writes_polled);
+    // Back under the held policy, as long as the hold lasts: it began after
+    // `before_hold` and lasts 1 s (this process's first switch). Once it has
+    // ended, the next round may rightly choose SCHED_BATCH again.
     const int stepped_back = await_engine_policy(held);
-    EXPECT(stepped_back == held,
-           "once the busy-polling thread had stopped, the progress thread ran under %s, not %s",
-           policy_name(stepped_back), policy_name(held));
+    if (Clock::now() - before_hold < std::chrono::milliseconds(900))
+        EXPECT(stepped_back == held,
+               "once the busy-polling thread had stopped, the progress thread ran under %s, not "
+               "%s",
+               policy_name(stepped_back), policy_name(held));
+    else
+        print_message("  not checked: back under %s (the hold may have ended meanwhile)\n",
+                      policy_name(stepped_back));
 
     // The hold is 1 s, the first switch of this process's engine.
     usleep(1'100'000);
