@@ -3103,38 +3103,44 @@ void test_engine_thread_scheduling(void**) {
     // the polling stops. It steps aside when input wakes it while the
     // thread polls, and steps back at a look that finds the polling
     // paused: on a loaded machine the spinning thread loses its CPU now and
-    // then, so WRITEs go on until a reading of the policy finds SCHED_BATCH
-    // (or kTimeoutMs passes). Checked outside the spinner's scope: a failed
-    // check must not leave it polling a CQ that teardown destroys.
+    // then, so WRITEs go on until a reading finds SCHED_BATCH. That must
+    // happen while the hold lasts (it began after `before_hold` and lasts
+    // 1 s, this process's first switch): once it has ended, the next round
+    // may rightly choose SCHED_BATCH, which would prove nothing. A loaded
+    // machine may keep the reading from coming in time; the test then says
+    // so and checks nothing here (test_engine_scheduling's
+    // test_step_aside_under_batch checks the policies themselves, with no
+    // timing). Checked outside the spinner's scope: a failed check must
+    // not leave it polling a CQ that teardown destroys.
+    const auto hold_window = before_hold + std::chrono::milliseconds(900);
     int aside = engine_thread_policy();
     int writes_polled = 0;
     {
         Spinner spinner(new_cq(p.hb, 4));
-        const auto deadline = Clock::now() + std::chrono::milliseconds(kTimeoutMs);
-        while (aside != SCHED_BATCH && Clock::now() < deadline) {
+        while (aside != SCHED_BATCH && Clock::now() < hold_window) {
             write_and_watch(p, src, dst, 121 + writes_polled++,
                             "engine scheduling: WRITEs while a thread busy-polls");
             aside = engine_thread_policy();
         }
     }
-    EXPECT(aside == SCHED_BATCH,
-           "while a thread busy-polled a CQ, through %d WRITEs, the stepped-aside progress"
-           " thread ran under %s, not SCHED_BATCH",
-           writes_polled, policy_name(aside));
-    print_message("  the progress thread stepped aside under SCHED_BATCH after %d WRITEs\n",
-                  writes_polled);
-    // Back under the held policy, as long as the hold lasts: it began after
-    // `before_hold` and lasts 1 s (this process's first switch). Once it has
-    // ended, the next round may rightly choose SCHED_BATCH again.
-    const int stepped_back = await_engine_policy(held);
-    if (Clock::now() - before_hold < std::chrono::milliseconds(900))
-        EXPECT(stepped_back == held,
-               "once the busy-polling thread had stopped, the progress thread ran under %s, not "
-               "%s",
-               policy_name(stepped_back), policy_name(held));
-    else
-        print_message("  not checked: back under %s (the hold may have ended meanwhile)\n",
-                      policy_name(stepped_back));
+    if (aside != SCHED_BATCH || Clock::now() >= hold_window) {
+        print_message(
+            "  not checked: the stepped-aside thread was not seen under SCHED_BATCH within the "
+            "hold (%d WRITEs; under %s)\n",
+            writes_polled, policy_name(aside));
+    } else {
+        print_message("  the progress thread stepped aside under SCHED_BATCH after %d WRITEs\n",
+                      writes_polled);
+        const int stepped_back = await_engine_policy(held);
+        if (Clock::now() < hold_window)
+            EXPECT(stepped_back == held,
+                   "once the busy-polling thread had stopped, the progress thread ran under %s, "
+                   "not %s",
+                   policy_name(stepped_back), policy_name(held));
+        else
+            print_message("  not checked: back under %s (the hold may have ended meanwhile)\n",
+                          policy_name(stepped_back));
+    }
 
     // The hold is 1 s, the first switch of this process's engine.
     usleep(1'100'000);

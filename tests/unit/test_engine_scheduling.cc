@@ -14,6 +14,7 @@
 #include <thread>
 
 #include <sched.h>
+#include <unistd.h>
 
 #include "datapath/engine_scheduling.h"
 
@@ -400,6 +401,50 @@ void test_realtime_round_bound(void**) {
     }
 }
 
+// A stepped-aside engine thread waits under SCHED_BATCH whatever policy the
+// governor chose for its rounds, and returns to that policy when it takes
+// the work back (EngineScheduling::step_aside, step_back). Under fair, on a
+// thread of its own, with every round late (late_ns 0): no timing is
+// involved, only the policy the thread is under after each call.
+void test_step_aside_under_batch(void**) {
+    using usiw::EngineSchedMode;
+    using usiw::EngineScheduling;
+    if (access("/proc/thread-self/schedstat", R_OK) != 0) {
+        print_message("  skipped: no /proc/thread-self/schedstat, so fair does not adapt\n");
+        return;
+    }
+    struct Seen {
+        int start, aside_in_batch, back_in_batch, held, aside, back;
+        int rounds;
+    } seen{};
+    std::thread([&seen] {
+        EngineScheduling scheduling(EngineSchedMode::kFair, 0);
+        seen.start = sched_getscheduler(0);
+        scheduling.step_aside();
+        seen.aside_in_batch = sched_getscheduler(0);
+        scheduling.step_back();
+        seen.back_in_batch = sched_getscheduler(0);
+        // Late rounds left to the engine (nobody polled) until it leaves
+        // SCHED_BATCH: at most kLateInARow.
+        while (sched_getscheduler(0) == SCHED_BATCH && seen.rounds < 8) {
+            scheduling.after_round(true, true, 0);
+            ++seen.rounds;
+        }
+        seen.held = sched_getscheduler(0);
+        scheduling.step_aside();
+        seen.aside = sched_getscheduler(0);
+        scheduling.step_back();
+        seen.back = sched_getscheduler(0);
+    }).join();
+    assert_int_equal(seen.start, SCHED_BATCH);
+    assert_int_equal(seen.aside_in_batch, SCHED_BATCH);
+    assert_int_equal(seen.back_in_batch, SCHED_BATCH);
+    assert_int_equal(seen.held, SCHED_OTHER);
+    assert_true(seen.rounds <= static_cast<int>(usiw::BatchGovernor::kLateInARow));
+    assert_int_equal(seen.aside, SCHED_BATCH);
+    assert_int_equal(seen.back, SCHED_OTHER);
+}
+
 // A poller waits for the progress lock once it has found it taken for
 // kSpinNs, poll after poll; not when it finds it taken now and then.
 void test_progress_lock_wait(void**) {
@@ -509,6 +554,7 @@ int main(void) {
         cmocka_unit_test(test_hold_doubles_and_resets),
         cmocka_unit_test(test_realtime_tier),
         cmocka_unit_test(test_realtime_round_bound),
+        cmocka_unit_test(test_step_aside_under_batch),
         cmocka_unit_test(test_progress_lock_wait),
         cmocka_unit_test(test_zero_threshold_counts_every_round),
         cmocka_unit_test(test_channel_wait_polling),
