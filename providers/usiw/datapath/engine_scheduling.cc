@@ -31,8 +31,7 @@ EngineScheduling::EngineScheduling(EngineSchedMode mode, uint64_t late_ns) : gov
         return;
     }
     if (mode == EngineSchedMode::kRealtime) {
-        const sched_param param{.sched_priority = kRealtimePriority};
-        if (sched_setscheduler(0, SCHED_FIFO, &param) != 0)
+        if (!apply_realtime())
             report_config_error(
                 "USIW_ENGINE_SCHED=realtime: SCHED_FIFO for the progress thread: %s; it keeps "
                 "the default policy (real-time needs CAP_SYS_NICE or an RLIMIT_RTPRIO of 1 or "
@@ -174,8 +173,7 @@ void EngineScheduling::after_round(bool found_work, bool found_input, uint64_t l
         if (!apply(false))
             adaptive_ = realtime_tier_ = false;
     } else if (governor_.cpus_taken() && tier_.may_enter(now)) {
-        const sched_param param{.sched_priority = kRealtimePriority};
-        if (sched_setscheduler(0, SCHED_FIFO, &param) != 0) {
+        if (!apply_realtime()) {
             // Not permitted (no CAP_SYS_NICE, RLIMIT_RTPRIO 0): the default
             // policy is as far as auto goes.
             log_debug("progress thread stays under SCHED_OTHER: SCHED_FIFO: %s", strerror(errno));
@@ -199,8 +197,7 @@ void EngineScheduling::step_back() {
         return;
     aside_ = false;
     if (tier_.realtime()) {
-        const sched_param param{.sched_priority = kRealtimePriority};
-        if (sched_setscheduler(0, SCHED_FIFO, &param) == 0)
+        if (apply_realtime())
             return;
         tier_.left();
     }
@@ -212,6 +209,11 @@ void RealtimeRound::leave(uint64_t now_ns) {
     overran_ns_ = now_ns - (deadline_ns_ - kMaxRealtimeRoundNs);
     deadline_ns_ = 0;
     EngineScheduling::apply(false);
+}
+
+bool EngineScheduling::apply_realtime() {
+    const sched_param param{.sched_priority = kRealtimePriority};
+    return sched_setscheduler(0, SCHED_FIFO, &param) == 0;
 }
 
 bool EngineScheduling::apply(bool batch) {

@@ -437,6 +437,9 @@ class EngineScheduling {
     // Puts the calling thread under SCHED_BATCH, or else the default
     // policy; false (logged) if it cannot.
     static bool apply(bool batch);
+    // Puts the calling thread under SCHED_FIFO at kRealtimePriority; false
+    // (errno set, not logged) if the process may not ask for it.
+    static bool apply_realtime();
 
   private:
     uint64_t run_delay_ns() const;
