@@ -3035,7 +3035,7 @@ bool drop_realtime_permission() {
 // real-time tier) if no CPU is free and the process may ask for real time;
 // after the hold (1 s at first) it returns to SCHED_BATCH if a CPU is free.
 // While an application thread busy-polls meanwhile, it steps aside under
-// SCHED_BATCH, and takes the held policy again when the polling stops.
+// SCHED_BATCH, and takes the hold's policy again when the polling stops.
 //
 // That the kernel delays a SCHED_BATCH wake-up when no CPU is free is
 // Linux's part, measured in Documentation/performance.md; whether a given
@@ -3131,24 +3131,37 @@ void test_engine_thread_scheduling(void**) {
     } else {
         print_message("  the progress thread stepped aside under SCHED_BATCH after %d WRITEs\n",
                       writes_polled);
-        // Within the hold nothing but step_back changes the policy now (no
-        // input, so no round): the thread steps back at its next look, 0.5
-        // ms after the polling stopped. Given 300 ms of the hold for that,
-        // it must be under the held policy before the hold ends.
+        // The thread steps back at its next look, 0.5 ms after the polling
+        // stopped, to the hold's policy: SCHED_FIFO while the real-time
+        // tier keeps it, or SCHED_OTHER once the tier has given real time
+        // up by its own rules (a round under it past its bound, or windows
+        // that did not look latency-bound), as it did once in CI, under
+        // ASan beside the other datapath tests: the rounds the engine takes
+        // while the spinner has lost its CPU count too. Not SCHED_BATCH,
+        // which the governor does not choose before the hold ends. Given
+        // 300 ms of the hold for that, it must have left SCHED_BATCH before
+        // the hold ends. (test_engine_scheduling's
+        // test_step_aside_under_batch checks that stepping back returns to
+        // SCHED_FIFO while the tier keeps it.)
         const auto polling_stopped = Clock::now();
         int stepped_back = engine_thread_policy();
-        while (stepped_back != held && Clock::now() < hold_window) {
+        while (stepped_back == SCHED_BATCH && Clock::now() < hold_window) {
             usleep(1000);
             stepped_back = engine_thread_policy();
         }
-        if (polling_stopped + std::chrono::milliseconds(300) <= hold_window)
-            EXPECT(stepped_back == held,
+        if (polling_stopped + std::chrono::milliseconds(300) <= hold_window) {
+            EXPECT(stepped_back == held || (held == SCHED_FIFO && stepped_back == SCHED_OTHER),
                    "once the busy-polling thread had stopped, the progress thread ran under %s, "
                    "not %s, until the hold ended",
                    policy_name(stepped_back), policy_name(held));
-        else
+            if (stepped_back != held)
+                print_message(
+                    "  the progress thread stepped back under SCHED_OTHER: the real-time tier "
+                    "had given SCHED_FIFO up meanwhile\n");
+        } else {
             print_message("  not checked: too little of the hold left to step back in (%s)\n",
                           policy_name(stepped_back));
+        }
     }
 
     // The hold is 1 s, the first switch of this process's engine.

@@ -403,7 +403,8 @@ void test_realtime_round_bound(void**) {
 
 // A stepped-aside engine thread waits under SCHED_BATCH whatever policy the
 // governor chose for its rounds, and returns to that policy when it takes
-// the work back (EngineScheduling::step_aside, step_back). Under fair, on a
+// the work back (EngineScheduling::step_aside, step_back): under fair, and
+// under auto, whose real-time tier may have chosen SCHED_FIFO. Each on a
 // thread of its own, with every round late (late_ns 0): no timing is
 // involved, only the policy the thread is under after each call.
 void test_step_aside_under_batch(void**) {
@@ -443,6 +444,39 @@ void test_step_aside_under_batch(void**) {
     assert_true(seen.rounds <= static_cast<int>(usiw::BatchGovernor::kLateInARow));
     assert_int_equal(seen.aside, SCHED_BATCH);
     assert_int_equal(seen.back, SCHED_OTHER);
+
+    // Under auto, the late rounds that end SCHED_BATCH find every CPU taken
+    // (late_ns 0 counts them so), and the real-time tier takes SCHED_FIFO
+    // where this process may ask for it: stepping back returns to it, not
+    // to the governor's SCHED_OTHER.
+    struct SeenAuto {
+        bool realtime;  // SCHED_FIFO was granted to a thread of its own
+        int held, aside, back;
+        int rounds;
+    } tier{};
+    std::thread([&tier] {
+        const sched_param fifo{.sched_priority = EngineScheduling::kRealtimePriority};
+        tier.realtime = sched_setscheduler(0, SCHED_FIFO, &fifo) == 0;
+    }).join();
+    std::thread([&tier] {
+        EngineScheduling scheduling(EngineSchedMode::kAuto, 0);
+        while (sched_getscheduler(0) == SCHED_BATCH && tier.rounds < 8) {
+            scheduling.after_round(true, true, 0);
+            ++tier.rounds;
+        }
+        tier.held = sched_getscheduler(0);
+        scheduling.step_aside();
+        tier.aside = sched_getscheduler(0);
+        scheduling.step_back();
+        tier.back = sched_getscheduler(0);
+    }).join();
+    if (!tier.realtime)
+        print_message("  SCHED_FIFO refused to this process: auto holds SCHED_OTHER\n");
+    const int held = tier.realtime ? SCHED_FIFO : SCHED_OTHER;
+    assert_int_equal(tier.held, held);
+    assert_true(tier.rounds <= static_cast<int>(usiw::BatchGovernor::kLateInARow));
+    assert_int_equal(tier.aside, SCHED_BATCH);
+    assert_int_equal(tier.back, held);
 }
 
 // A poller waits for the progress lock once it has found it taken for
