@@ -138,6 +138,11 @@ poll_until() {
     done
 }
 
+# not COMMAND...: true when COMMAND fails (for poll_until).
+not() {
+    ! "$@"
+}
+
 # listening NETNS PORT...: something listens on every TCP PORT, in network
 # namespace NETNS (here when NETNS is empty).
 listening() {
@@ -184,18 +189,27 @@ split_at_dashes() {
 # CLIENT... (stdout and stderr to CLIENT_OUT) and
 # waits for the server. Sets server_rc and client_rc. When the server
 # never listened, it is ended, the client is not run (client_rc 255) and
-# this returns 1 (under set -e, call it as a condition).
+# this returns 1 (under set -e, call it as a condition). A listener still
+# there from an earlier server (a kernel rdma_cm id, or siw's socket, may
+# outlive its process briefly) would let the client in before this
+# server listens: the server starts once it has gone, and this returns 1
+# if it stays for SECONDS.
 server_client() {
     local port=$1 netns=$2 seconds=$3 sout=$4 cout=$5
     shift 5
     split_at_dashes "$@"
     local client=("${after[@]}")
+    local listener=(listening "$netns" "$port")
+    [[ $port == cm:* ]] && listener=(cm_listening "$netns" "${port#cm:}")
+    client_rc=255
+    server_rc=255
+    if ! poll_until "$seconds" not "${listener[@]}"; then
+        echo "server_client: port $port still has a listener after $seconds s" >&2
+        return 1
+    fi
     "${before[@]}" >"$sout" 2>&1 &
     local spid=$!
-    client_rc=255
-    local waiting=(wait_listen "$netns" "$seconds" "$port")
-    [[ $port == cm:* ]] && waiting=(poll_until "$seconds" cm_listening "$netns" "${port#cm:}")
-    if ! "${waiting[@]}"; then
+    if ! poll_until "$seconds" "${listener[@]}"; then
         kill_tree "$spid"
         server_rc=0
         wait "$spid" 2>/dev/null || server_rc=$?
