@@ -3035,7 +3035,8 @@ bool drop_realtime_permission() {
 // real-time tier) if no CPU is free and the process may ask for real time;
 // after the hold (1 s at first) it returns to SCHED_BATCH if a CPU is free.
 // While an application thread busy-polls meanwhile, it steps aside under
-// SCHED_BATCH, and takes the hold's policy again when the polling stops.
+// SCHED_BATCH, and takes the hold's policy again for its first round of its
+// own once the polling has stopped.
 //
 // That the kernel delays a SCHED_BATCH wake-up when no CPU is free is
 // Linux's part, measured in Documentation/performance.md; whether a given
@@ -3099,12 +3100,12 @@ void test_engine_thread_scheduling(void**) {
     // While a thread busy-polls, the engine's thread steps aside and only
     // looks every 0.5 ms whether the polling goes on: it does so under
     // SCHED_BATCH, whose wake-ups do not preempt the polling thread (under
-    // the held policy each look would), and returns to the held policy when
-    // the polling stops. It steps aside when input wakes it while the
-    // thread polls, and steps back at a look that finds the polling
-    // paused: on a loaded machine the spinning thread loses its CPU now and
-    // then, so WRITEs go on until a reading finds SCHED_BATCH. That must
-    // happen while the hold lasts (it began after `before_hold` and lasts
+    // the held policy each look would), and returns to the held policy
+    // once the polling has stopped and it does a round itself. It steps
+    // aside when input wakes it while the thread polls: on a loaded
+    // machine the spinning thread loses its CPU now and then, so WRITEs go
+    // on until a reading finds SCHED_BATCH. That must happen while the
+    // hold lasts (it began after `before_hold` and lasts
     // 1 s, this process's first switch): once it has ended, the next round
     // may rightly choose SCHED_BATCH, which would prove nothing. A loaded
     // machine may keep the reading from coming in time; the test then says
@@ -3131,18 +3132,32 @@ void test_engine_thread_scheduling(void**) {
     } else {
         print_message("  the progress thread stepped aside under SCHED_BATCH after %d WRITEs\n",
                       writes_polled);
-        // The thread steps back at its next look, 0.5 ms after the polling
-        // stopped, to the hold's policy: SCHED_FIFO while the real-time
-        // tier keeps it, or SCHED_OTHER once the tier has given real time
-        // up by its own rules (a round under it past its bound, or windows
-        // that did not look latency-bound), as it did once in CI, under
-        // ASan beside the other datapath tests: the rounds the engine takes
-        // while the spinner has lost its CPU count too. Not SCHED_BATCH,
-        // which the governor does not choose before the hold ends. Given
-        // 300 ms of the hold for that, it must have left SCHED_BATCH before
-        // the hold ends. (test_engine_scheduling's
+        // Once the polling has stopped, the thread goes back to waiting for
+        // the sockets, still under SCHED_BATCH (a pause in the polling must
+        // not cost the poller a preempting wake-up), and takes the hold's
+        // policy again for the first round it does itself: the next WRITE,
+        // which only it can place. That policy is SCHED_FIFO while the
+        // real-time tier keeps it, or SCHED_OTHER once the tier has given
+        // real time up by its own rules (a round under it past its bound,
+        // or windows that did not look latency-bound), as it did once in
+        // CI, under ASan beside the other datapath tests: the rounds the
+        // engine takes while the spinner has lost its CPU count too. Not
+        // SCHED_BATCH, which the governor does not choose before the hold
+        // ends. Given 300 ms of the hold for that, it must have left
+        // SCHED_BATCH before the hold ends. (test_engine_scheduling's
         // test_step_aside_under_batch checks that stepping back returns to
         // SCHED_FIFO while the tier keeps it.)
+        // With no input meanwhile it does no round, so whether its look has
+        // come yet (a loaded machine may delay it) or not, it waits under
+        // SCHED_BATCH.
+        usleep(5000);  // ten of the stepped-aside thread's looks
+        const int idle = engine_thread_policy();
+        EXPECT(idle == SCHED_BATCH,
+               "with the polling stopped and no input, the progress thread waited under %s, "
+               "not SCHED_BATCH",
+               policy_name(idle));
+        write_and_watch(p, src, dst, 199, "engine scheduling: a WRITE once the polling stopped",
+                        Watch::kSpinning);
         const auto polling_stopped = Clock::now();
         int stepped_back = engine_thread_policy();
         while (stepped_back == SCHED_BATCH && Clock::now() < hold_window) {
@@ -3151,7 +3166,8 @@ void test_engine_thread_scheduling(void**) {
         }
         if (polling_stopped + std::chrono::milliseconds(300) <= hold_window) {
             EXPECT(stepped_back == held || (held == SCHED_FIFO && stepped_back == SCHED_OTHER),
-                   "once the busy-polling thread had stopped, the progress thread ran under %s, "
+                   "after placing a WRITE once the busy-polling thread had stopped, the progress "
+                   "thread ran under %s, "
                    "not %s, until the hold ended",
                    policy_name(stepped_back), policy_name(held));
             if (stepped_back != held)
