@@ -3146,10 +3146,9 @@ void test_engine_thread_scheduling(void**) {
         // ends. Given 300 ms of the hold for that, it must have left
         // SCHED_BATCH before the hold ends. (test_engine_scheduling's
         // test_step_aside_under_batch checks that stepping back returns to
-        // SCHED_FIFO while the tier keeps it.)
-        // With no input meanwhile it does no round, so whether its look has
-        // come yet (a loaded machine may delay it) or not, it waits under
-        // SCHED_BATCH.
+        // SCHED_FIFO while the tier keeps it.) Before that WRITE, with no
+        // input, it does no round: whether its look has come yet (a loaded
+        // machine may delay it) or not, it waits under SCHED_BATCH.
         usleep(5000);  // ten of the stepped-aside thread's looks
         const int idle = engine_thread_policy();
         EXPECT(idle == SCHED_BATCH,
@@ -3158,17 +3157,16 @@ void test_engine_thread_scheduling(void**) {
                policy_name(idle));
         write_and_watch(p, src, dst, 199, "engine scheduling: a WRITE once the polling stopped",
                         Watch::kSpinning);
-        const auto polling_stopped = Clock::now();
+        const auto placed = Clock::now();
         int stepped_back = engine_thread_policy();
         while (stepped_back == SCHED_BATCH && Clock::now() < hold_window) {
             usleep(1000);
             stepped_back = engine_thread_policy();
         }
-        if (polling_stopped + std::chrono::milliseconds(300) <= hold_window) {
+        if (placed + std::chrono::milliseconds(300) <= hold_window) {
             EXPECT(stepped_back == held || (held == SCHED_FIFO && stepped_back == SCHED_OTHER),
                    "after placing a WRITE once the busy-polling thread had stopped, the progress "
-                   "thread ran under %s, "
-                   "not %s, until the hold ended",
+                   "thread ran under %s, not %s, until the hold ended",
                    policy_name(stepped_back), policy_name(held));
             if (stepped_back != held)
                 print_message(

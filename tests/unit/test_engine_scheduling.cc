@@ -414,69 +414,65 @@ void test_step_aside_under_batch(void**) {
         print_message("  skipped: no /proc/thread-self/schedstat, so fair does not adapt\n");
         return;
     }
+    // What a thread under an EngineScheduling saw: late rounds left to the
+    // engine (nobody polled) until it leaves SCHED_BATCH, at most
+    // kLateInARow; then the policy it holds, under step_aside, and after
+    // step_back.
+    struct Held {
+        int rounds, held, aside, back;
+    };
+    const auto hold_and_step_aside = [](EngineScheduling& scheduling) {
+        Held h{};
+        while (sched_getscheduler(0) == SCHED_BATCH && h.rounds < 8) {
+            scheduling.after_round(true, true, 0);
+            ++h.rounds;
+        }
+        h.held = sched_getscheduler(0);
+        scheduling.step_aside();
+        h.aside = sched_getscheduler(0);
+        scheduling.step_back();
+        h.back = sched_getscheduler(0);
+        return h;
+    };
+    const auto assert_held = [](const Held& h, int held) {
+        assert_int_equal(h.held, held);
+        assert_true(h.rounds <= static_cast<int>(usiw::BatchGovernor::kLateInARow));
+        assert_int_equal(h.aside, SCHED_BATCH);
+        assert_int_equal(h.back, held);
+    };
+
     struct Seen {
-        int start, aside_in_batch, back_in_batch, held, aside, back;
-        int rounds;
+        int start, aside_in_batch, back_in_batch;
+        Held fair;
     } seen{};
-    std::thread([&seen] {
+    std::thread([&] {
         EngineScheduling scheduling(EngineSchedMode::kFair, 0);
         seen.start = sched_getscheduler(0);
         scheduling.step_aside();
         seen.aside_in_batch = sched_getscheduler(0);
         scheduling.step_back();
         seen.back_in_batch = sched_getscheduler(0);
-        // Late rounds left to the engine (nobody polled) until it leaves
-        // SCHED_BATCH: at most kLateInARow.
-        while (sched_getscheduler(0) == SCHED_BATCH && seen.rounds < 8) {
-            scheduling.after_round(true, true, 0);
-            ++seen.rounds;
-        }
-        seen.held = sched_getscheduler(0);
-        scheduling.step_aside();
-        seen.aside = sched_getscheduler(0);
-        scheduling.step_back();
-        seen.back = sched_getscheduler(0);
+        seen.fair = hold_and_step_aside(scheduling);
     }).join();
     assert_int_equal(seen.start, SCHED_BATCH);
     assert_int_equal(seen.aside_in_batch, SCHED_BATCH);
     assert_int_equal(seen.back_in_batch, SCHED_BATCH);
-    assert_int_equal(seen.held, SCHED_OTHER);
-    assert_true(seen.rounds <= static_cast<int>(usiw::BatchGovernor::kLateInARow));
-    assert_int_equal(seen.aside, SCHED_BATCH);
-    assert_int_equal(seen.back, SCHED_OTHER);
+    assert_held(seen.fair, SCHED_OTHER);
 
     // Under auto, the late rounds that end SCHED_BATCH find every CPU taken
     // (late_ns 0 counts them so), and the real-time tier takes SCHED_FIFO
-    // where this process may ask for it: stepping back returns to it, not
-    // to the governor's SCHED_OTHER.
-    struct SeenAuto {
-        bool realtime;  // SCHED_FIFO was granted to a thread of its own
-        int held, aside, back;
-        int rounds;
-    } tier{};
-    std::thread([&tier] {
-        const sched_param fifo{.sched_priority = EngineScheduling::kRealtimePriority};
-        tier.realtime = sched_setscheduler(0, SCHED_FIFO, &fifo) == 0;
-    }).join();
-    std::thread([&tier] {
+    // where this process may ask for it (a thread of its own asks first):
+    // stepping back returns to it, not to the governor's SCHED_OTHER.
+    bool realtime = false;
+    std::thread([&realtime] { realtime = EngineScheduling::apply_realtime(); }).join();
+    Held tier{};
+    std::thread([&] {
         EngineScheduling scheduling(EngineSchedMode::kAuto, 0);
-        while (sched_getscheduler(0) == SCHED_BATCH && tier.rounds < 8) {
-            scheduling.after_round(true, true, 0);
-            ++tier.rounds;
-        }
-        tier.held = sched_getscheduler(0);
-        scheduling.step_aside();
-        tier.aside = sched_getscheduler(0);
-        scheduling.step_back();
-        tier.back = sched_getscheduler(0);
+        tier = hold_and_step_aside(scheduling);
     }).join();
-    if (!tier.realtime)
+    if (!realtime)
         print_message("  SCHED_FIFO refused to this process: auto holds SCHED_OTHER\n");
-    const int held = tier.realtime ? SCHED_FIFO : SCHED_OTHER;
-    assert_int_equal(tier.held, held);
-    assert_true(tier.rounds <= static_cast<int>(usiw::BatchGovernor::kLateInARow));
-    assert_int_equal(tier.aside, SCHED_BATCH);
-    assert_int_equal(tier.back, held);
+    assert_held(tier, realtime ? SCHED_FIFO : SCHED_OTHER);
 }
 
 // A poller waits for the progress lock once it has found it taken for

@@ -430,7 +430,7 @@ class EngineScheduling {
     // 0.5 ms whether it still does. Under the default policy or real time
     // each look would preempt the polling thread, so it waits under
     // SCHED_BATCH meanwhile (step_aside) and returns to what the governor
-    // and the tier chose (step_back).
+    // and the tier chose (step_back; nothing unless it stepped aside).
     void step_aside();
     void step_back();
 

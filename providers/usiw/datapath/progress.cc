@@ -201,18 +201,6 @@ class Engine {
     void run() {
         EngineScheduling scheduling(settings::engine_sched(), settings::engine_late_ns());
         bool was_aside = false;  // since the last wait for the sockets
-        // Back from stepping aside, the thread waits for the sockets still
-        // under SCHED_BATCH, and takes its own policy again only for a round
-        // it does itself. The application's polling often pauses for more
-        // than kAppPollingNs between two messages without ending (in the
-        // qemu guest, while ib_send_lat posts its reply), and the thread's
-        // look finds the pause: under the default policy or real time the
-        // next message's wake-up then preempted the poller, which took the
-        // message anyway. `perf sched` of ib_send_lat in the guest: in runs
-        // with typical latencies of 106-145 us the two pollers lost their
-        // CPUs to the progress threads 1,417-2,703 times in 2,000 round
-        // trips; in runs of 56-71 us, 178-202 times.
-        bool back_pending = false;
         for (;;) {
             // Declared first, so it ends after every lock of the round has
             // been let go: what a stream's observer put off (connection
@@ -244,7 +232,6 @@ class Engine {
             if (was_aside) {
                 scheduling.rebase();
                 was_aside = false;
-                back_pending = true;
             }
             // Wait without taking events, so that a batch is taken (and its
             // streams used) only under progress_mutex_.
@@ -262,10 +249,20 @@ class Engine {
             }
             if (app_polling())
                 continue;  // it has started polling meanwhile: leave it the work
-            if (back_pending) {
-                scheduling.step_back();
-                back_pending = false;
-            }
+            // Back from stepping aside, the thread waited for the sockets
+            // still under SCHED_BATCH, and takes its own policy again only
+            // for a round it does itself (a no-op unless it stepped aside).
+            // The application's polling often pauses for more than
+            // kAppPollingNs between two messages without ending (in the
+            // qemu guest, while ib_send_lat posts its reply), and the
+            // thread's look finds the pause: under the default policy or
+            // real time the next message's wake-up then preempted the
+            // poller, which took the message anyway. `perf sched` of
+            // ib_send_lat in the guest: in runs with typical latencies of
+            // 106-145 us the two pollers lost their CPUs to the progress
+            // threads 1,417-2,703 times in 2,000 round trips; in runs of
+            // 56-71 us, 178-202 times.
+            scheduling.step_back();
             Round found;
             {
                 std::lock_guard lock(progress_mutex_);
