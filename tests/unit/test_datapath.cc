@@ -1391,6 +1391,80 @@ void test_busy_poll_takes_over_progress(void**) {
     release_all();
 }
 
+uint64_t progress_by_recv() {
+    return device_counter(test_device(), &usiw::DeviceStats::progress_by_recv);
+}
+
+// One completion from `cq`, polled without a pause, as a latency benchmark
+// polls; it must come within kTimeoutMs.
+ibv_wc spin_for_one(ibv_cq* cq, const char* what) {
+    const auto deadline = Clock::now() + std::chrono::milliseconds(kTimeoutMs);
+    ibv_wc wc{};
+    int k = 0;
+    while ((k = ibv_poll_cq(cq, 1, &wc)) == 0 && Clock::now() < deadline) {
+    }
+    EXPECT(k == 1, "%s: no completion within %d ms (ibv_poll_cq %d)", what, kTimeoutMs, k);
+    return wc;
+}
+
+// A thread busy-polling a CQ whose one QP awaits nothing but input reads
+// that QP's socket itself, without asking the epoll set first, once a look
+// at every socket found input there alone (datapath/direct_read.h;
+// progress_by_recv counts those reads), and the bytes are right. Meanwhile
+// it still looks at the process's other sockets: a WRITE on a second pair,
+// whose CQs nobody polls, lands while it polls, though the engine's thread
+// has stepped aside for it.
+void test_poller_reads_its_qps_socket(void**) {
+    const Framing c{false, 0};
+    Pair p = watch_pair(c);
+    Pair other = watch_pair(c);
+    Buf src = new_buf(p.ha, 64);
+    Buf dst = new_buf(p.hb, 64);
+    // Up to kSends messages, until one is read directly: on a loaded
+    // machine the engine's thread may take some while the poller is off
+    // its CPU.
+    constexpr uint64_t kSends = 2000;
+    const uint64_t before = progress_by_recv();
+    uint64_t sent = 0;
+    while (sent < kSends && progress_by_recv() == before) {
+        ++sent;
+        post_recv(p.b, sent, {dst.sge(0, dst.n)});
+        pattern(src.p, src.n, static_cast<uint32_t>(sent));
+        post(p.a, send_wr(sent, {src.sge(0, src.n)}));
+        const ibv_wc wc = spin_for_one(p.br, "a SEND into a busy-polled CQ");
+        expect_recv(wc, sent, static_cast<uint32_t>(dst.n), "a SEND into a busy-polled CQ");
+        expect_bytes(dst.p, src.p, dst.n, "a SEND into a busy-polled CQ");
+        expect_wc(spin_for_one(p.as, "the SEND's own completion"), sent, IBV_WC_SUCCESS,
+                  IBV_WC_SEND, "the SEND's own completion");
+    }
+    EXPECT(progress_by_recv() > before,
+           "in %" PRIu64
+           " SENDs to a QP whose receive CQ a thread busy-polled, that thread"
+           " never read the QP's socket directly (progress_by_recv unchanged)",
+           sent);
+
+    // Some of kTries, not all: on a loaded machine the engine's thread may
+    // take a WRITE while the spinning thread is off its CPU. Without the
+    // looks, only the engine's thread would ever place them.
+    constexpr uint32_t kTries = 8;
+    Buf other_src = new_buf(other.ha, 4096);
+    Buf other_dst = new_buf(other.hb, 4096);
+    Spinner spinner(p.br);
+    const ProgressCounts spin_start;
+    ProgressCounts spun = spin_start.since(spin_start);
+    for (uint32_t i = 0; i < kTries && spun.in_poll == 0; ++i) {
+        write_and_watch(other, other_src, other_dst, 20 + i,
+                        "a WRITE on another pair while a thread reads its own QP's socket");
+        spun = ProgressCounts().since(spin_start);
+    }
+    EXPECT(spun.in_poll > 0,
+           "while a thread busy-polled a CQ whose QP's socket it read directly, it placed none"
+           " of %u WRITEs on another pair (the engine's thread %" PRIu64 " socket events)",
+           kTries, spun.in_engine);
+    spinner.stop();
+    release_all();
+}
+
 // The receive path reads each large payload straight into its destination
 // (it reads the bytes before a payload, then the payload into place), not
 // into a staging buffer to copy from: nearly every byte of a 4 MiB WRITE
@@ -3680,6 +3754,7 @@ int main(int argc, char** argv) {
         T(test_many_qps),
         T(test_busy_poll_takes_over_progress),
         T(test_large_write_placed_in_place),
+        T(test_poller_reads_its_qps_socket),
         T(test_disconnect_peer_destroyed),
         T(test_disconnect_peer_error),
         T(test_local_error_flush),

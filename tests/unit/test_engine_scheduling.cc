@@ -3,8 +3,9 @@
 // (datapath/engine_scheduling.h): when it leaves SCHED_BATCH, for how long,
 // what does not count, and what a busy machine changes; when it goes real
 // time and when it must stop (RealtimeTier); and when a poller
-// waits for the progress lock, and when a thread polls before it sleeps on a
-// completion channel. test_datapath's
+// waits for the progress lock, when a thread polls before it sleeps on a
+// completion channel, and when a poller reads its CQ's one socket without
+// asking the epoll set (DirectReadChoice). test_datapath's
 // test_engine_thread_scheduling watches the real thread do it.
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include "datapath/direct_read.h"
 #include "datapath/engine_scheduling.h"
 
 // cmocka last: it defines macros that clash with the standard library.
@@ -31,6 +33,7 @@ namespace {
 
 using usiw::BatchGovernor;
 using usiw::ChannelWaitPolling;
+using usiw::DirectReadChoice;
 
 constexpr uint64_t kLate = BatchGovernor::kLateNs;
 constexpr uint64_t kPrompt = 20'000;
@@ -536,6 +539,48 @@ void test_zero_threshold_counts_every_round(void**) {
     assert_true(d.batch());
 }
 
+// A poller reads its CQ's one socket directly only after a look at every
+// socket found input there and nowhere else, and only until the next look
+// is due (kLookNs): the process's other sockets are looked at that often. A
+// look that finds input elsewhere ends it; one that finds none changes
+// nothing; the chosen stream's end forgets it.
+void test_direct_read_choice(void**) {
+    // Only the addresses matter: DirectReadChoice never reads a stream.
+    alignas(8) char streams[2];
+    const auto* own = reinterpret_cast<const usiw::Stream*>(&streams[0]);
+    const auto* other = reinterpret_cast<const usiw::Stream*>(&streams[1]);
+    constexpr uint64_t kLook = DirectReadChoice::kLookNs;
+    uint64_t now = kSecond;
+    DirectReadChoice c;
+    assert_false(c.may_read_directly(own, now));  // never looked
+    c.looked(own, now, 0, 0);
+    assert_false(c.may_read_directly(own, now + 1));  // looked, found nothing yet
+
+    c.looked(own, now, 1, 0);  // input on its own socket alone
+    assert_true(c.may_read_directly(own, now + 1));
+    assert_true(c.may_read_directly(own, now + kLook - 1));
+    assert_false(c.may_read_directly(own, now + kLook));  // a look is due
+    assert_false(c.may_read_directly(other, now + 1));    // another CQ's stream
+    assert_false(c.may_read_directly(nullptr, now + 1));  // a CQ without one
+
+    now += kLook;
+    c.looked(own, now, 0, 0);  // nothing anywhere: still its own
+    assert_true(c.may_read_directly(own, now + 1));
+
+    now += kLook;
+    c.looked(own, now, 2, 1);  // input elsewhere too
+    assert_false(c.may_read_directly(own, now + 1));
+    c.looked(own, now, 1, 1);  // input elsewhere only
+    assert_false(c.may_read_directly(own, now + 1));
+
+    c.looked(own, now, 1, 0);
+    assert_true(c.may_read_directly(own, now + 1));
+    c.forget(other);
+    assert_true(c.may_read_directly(own, now + 1));
+    c.forget(own);
+    assert_false(c.may_read_directly(own, now + 1));
+}
+
 // A thread's first wait on a completion channel polls; it stops polling
 // only after kLongWaits waits in a row each longer than the budget
 // (polling and sleeping included), and polls again after any wait that
@@ -588,6 +633,7 @@ int main(void) {
         cmocka_unit_test(test_progress_lock_wait),
         cmocka_unit_test(test_zero_threshold_counts_every_round),
         cmocka_unit_test(test_channel_wait_polling),
+        cmocka_unit_test(test_direct_read_choice),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

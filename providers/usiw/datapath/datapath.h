@@ -33,7 +33,9 @@ void stream_terminate(Stream* s, const wire::TermCause& cause,
                       std::span<const std::byte> offending_header);
 
 // Receive (rx.cc).
-void stream_receive(Stream* s);
+// Reads what the socket holds now, without waiting; whether it took
+// anything (bytes, the peer's close, an error).
+bool stream_receive(Stream* s);
 // Takes the oldest receive WQE from an SRQ for an arriving message; false if
 // the SRQ is empty. Raises IBV_EVENT_SRQ_LIMIT_REACHED when armed and the
 // queue falls below the limit.

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "datapath/datapath.h"
+#include "datapath/direct_read.h"
 #include "datapath/engine_scheduling.h"
 #include "datapath/round_end.h"
 #include "datapath/socket_watch.h"
@@ -71,6 +72,7 @@ class Engine {
             // of retire holds it; a batch taken after this point cannot
             // name the stream, whose fd has left the epoll set.
             std::lock_guard batch_done(progress_mutex_);
+            direct_read_.forget(s);
         }
         // Freed (its socket closed) here and now: left to the engine's
         // thread, it would wait for that thread's next wake-up.
@@ -95,9 +97,10 @@ class Engine {
         wake();
     }
 
-    // poll_cq found its CQ empty: the calling thread does one round of the
-    // engine's work, without waiting, unless another thread is doing it.
-    bool poll_from_app() {
+    // poll_cq found `cq` empty (or ibv_get_cq_event polls before it sleeps:
+    // no CQ): the calling thread does one round of the engine's work,
+    // without waiting, unless another thread is doing it.
+    bool poll_from_app(Cq* cq) {
         thread_local uint64_t last_return_ns = 0;
         thread_local unsigned streak = 0;
         const uint64_t now = monotonic_ns();
@@ -116,7 +119,17 @@ class Engine {
             // company goes now.
             release_held(true, true);
         }
-        const bool found = lock && progress(&DeviceStats::progress_in_poll).ready > 0;
+        bool found = false;
+        if (lock) {
+            Stream* own = cq ? stream_to_read(cq) : nullptr;
+            if (direct_read_.may_read_directly(own, now)) {
+                found = receive_own(own).ready > 0;
+            } else {
+                const Round round = progress(&DeviceStats::progress_in_poll, own);
+                direct_read_.looked(own, now, round.input, round.input_elsewhere);
+                found = round.ready > 0;
+            }
+        }
         last_return_ns = found ? monotonic_ns() : now;
         return found;
     }
@@ -283,12 +296,13 @@ class Engine {
     struct Round {
         int ready = 0;
         int input = 0;
+        int input_elsewhere = 0;  // with input, and not the stream progress() was told of
     };
 
     // Takes one batch of ready streams, without waiting, and moves each
     // forward, counting each in its device's `counter`. Called with
     // progress_mutex_ held.
-    Round progress(std::atomic<uint64_t> DeviceStats::*counter) {
+    Round progress(std::atomic<uint64_t> DeviceStats::*counter, const Stream* own = nullptr) {
         epoll_event events[64];
         Round found;
         found.ready = socket_watch_ready(events, 64);
@@ -302,7 +316,9 @@ class Engine {
             // a paused transmitter resume.
             if ((events[i].events & EPOLLERR) && stream_reap_zerocopy(s))
                 stream_transmit(s, false);
-            found.input += (events[i].events & EPOLLIN) != 0;
+            const bool input = (events[i].events & EPOLLIN) != 0;
+            found.input += input;
+            found.input_elsewhere += input && s != own;
             if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
                 stream_receive(s);
             if ((events[i].events & EPOLLOUT) && !s->dead.load())
@@ -310,6 +326,38 @@ class Engine {
             if (!s->dead.load())
                 socket_watch_settle(s);
         }
+        return found;
+    }
+
+    // The stream a poller of `cq` may read without asking the epoll set
+    // first (direct_read.h): that of the CQ's one QP, when nothing but input
+    // is awaited on it (no wish to write, no zero-copy notification).
+    // Called with progress_mutex_ held: a stream read from its QP here is
+    // not freed before that is let go (retire waits for it).
+    Stream* stream_to_read(Cq* cq) {
+        std::unique_lock lock(cq->qps_mutex, std::defer_lock);
+        if (!cq->single_threaded)
+            lock.lock();
+        if (cq->qps.size() != 1)
+            return nullptr;
+        Stream* s = cq->qps.front()->stream.load();
+        if (!s || s->dead.load() || !s->in_epoll.load() || s->want_writable.load() ||
+            stream_zerocopy_waiting(s))
+            return nullptr;
+        return s;
+    }
+
+    // progress() for the stream stream_to_read chose.
+    Round receive_own(Stream* s) {
+        Round found;
+        if (!stream_receive(s))
+            return found;
+        found.ready = found.input = 1;
+        DeviceStats& stats = *s->context->device->stats;
+        count(stats.progress_in_poll);
+        count(stats.progress_by_recv);
+        if (!s->dead.load())
+            socket_watch_settle(s);
         return found;
     }
 
@@ -332,6 +380,7 @@ class Engine {
     std::atomic<size_t> held_count_{0};  // held_.size(), read without the lock
     uint64_t wakes_at_ns_ = 0;           // when the engine's thread looks next; 0: it is awake
     std::vector<Stream*> due_;           // release_held's, under progress_mutex_
+    DirectReadChoice direct_read_;       // under progress_mutex_
 };
 
 Engine& engine() {
@@ -364,7 +413,7 @@ void cq_progress(Cq* cq) {
                 stream_transmit(s, false);
         }
     }
-    engine().poll_from_app();
+    engine().poll_from_app(cq);
 }
 
 void cq_stop_polling(Cq*) {
@@ -378,7 +427,7 @@ bool poll_before_sleep(uint64_t poll_ns, const std::function<bool()>& event_read
             return true;
         if (monotonic_ns() >= until)
             break;
-        engine().poll_from_app();
+        engine().poll_from_app(nullptr);
     }
     engine().app_sleeping();
     return false;

@@ -1000,17 +1000,20 @@ class Receiver {
     bool held_ = false;           // receives may wait in s_->rx_held
 };
 
-void receive_locked(Stream* s) {
+// Whether it took anything from the socket (bytes, its end or an error).
+bool receive_locked(Stream* s) {
     if (s->dead.load() || s->ended.load())
-        return;
+        return false;
     if (s->peer_gone.load())
-        return;  // the peer is gone; the QP lingers (stream_peer_gone)
+        return false;  // the peer is gone; the QP lingers (stream_peer_gone)
     Receiver receiver(s);
+    bool took = false;
     if (!s->params.received.empty()) {
         // Bytes that arrived with the MPA frame belong to the FPDU stream.
         std::vector<std::byte> early;
         early.swap(s->params.received);
         receiver.feed(early);
+        took = true;
     }
     // One staging buffer per receiving thread, not per stream: feed()
     // consumes every byte it is given (headers into the deframer, payload
@@ -1035,6 +1038,7 @@ void receive_locked(Stream* s) {
             msg.msg_iovlen = direct_count + 1;
             n = recvmsg(s->fd, &msg, MSG_DONTWAIT);
             if (n > 0) {
+                took = true;
                 const size_t placed = std::min(static_cast<size_t>(n), payload);
                 count(s->context->device->stats->rx_bytes, static_cast<uint64_t>(n));
                 count(s->context->device->stats->rx_direct_bytes, placed);
@@ -1060,6 +1064,7 @@ void receive_locked(Stream* s) {
             const size_t want = header_first > 0 ? header_first : staging.size();
             n = recv(s->fd, staging.data(), want, MSG_DONTWAIT);
             if (n > 0) {
+                took = true;
                 count(s->context->device->stats->rx_bytes, static_cast<uint64_t>(n));
                 if (!receiver.feed({staging.data(), static_cast<size_t>(n)}))
                     break;
@@ -1070,27 +1075,32 @@ void receive_locked(Stream* s) {
         }
         if (n == 0) {
             stream_peer_gone(s, StreamEnd::kPeerClosed, 0);
+            took = true;
             break;
         }
         if (errno == EINTR)
             continue;
         if (errno == EFAULT && direct_count > 0) {
             receiver.direct_placement_fault(direct[0].iov_base);
+            took = true;
             break;
         }
-        if (errno != EAGAIN && errno != EWOULDBLOCK)
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
             stream_peer_gone(s, StreamEnd::kPeerReset, errno);
+            took = true;
+        }
         break;
     }
     if (receiver.want_transmit && !s->ended.load())
         stream_transmit(s, false);
+    return took;
 }
 
 }  // namespace
 
-void stream_receive(Stream* s) {
+bool stream_receive(Stream* s) {
     std::lock_guard lock(s->rx_mutex);
-    receive_locked(s);
+    return receive_locked(s);
 }
 
 bool srq_take(Srq* srq, RecvWqe* out) {

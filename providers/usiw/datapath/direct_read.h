@@ -1,0 +1,59 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+// When a thread busy-polling a CQ may read the socket of that CQ's one QP
+// without asking the process's epoll set first (datapath/progress.cc).
+//
+// A recv that finds nothing costs what the epoll_wait it replaces costs; a
+// recv that finds a message saves that epoll_wait. A latency benchmark's
+// poller made three system calls per message it received (the epoll_wait,
+// the recv, the placement's process_vm_writev) and one for its reply; under
+// emulation (the qemu guest) each costs microseconds of the round trip.
+//
+// But while the poller reads only its own socket, nobody reads the others:
+// the engine's thread steps aside while an application polls. So the
+// poller still looks at every socket through the epoll set at least every
+// kLookNs, and reads its own directly only while its last look that found
+// input found it on its own socket alone. A program that polls one CQ
+// while another QP carries the traffic (perftest's ib_read_lat responder
+// polls the CQ of its idle handshake QP while Read Requests arrive on the
+// test QP) keeps looking at every socket on every poll, as before.
+#pragma once
+
+#include <cstdint>
+
+namespace usiw {
+
+struct Stream;
+
+class DirectReadChoice {
+  public:
+    // How long a poller reading its own socket directly goes without a look
+    // at every socket: the longest the process's other sockets wait.
+    static constexpr uint64_t kLookNs = 50'000;
+
+    // Whether the poller whose CQ's one stream is `own` (nullptr: its CQ
+    // has none, or not one that only awaits input) may read it directly at
+    // `now_ns`, rather than look at every socket.
+    bool may_read_directly(const Stream* own, uint64_t now_ns) const {
+        return own && own == chosen_ && now_ns - looked_ns_ < kLookNs;
+    }
+
+    // A poller of `own`'s CQ looked at every socket at `now_ns` and found
+    // input on `input` of them, `input_elsewhere` of them not `own`'s.
+    void looked(const Stream* own, uint64_t now_ns, int input, int input_elsewhere) {
+        looked_ns_ = now_ns;
+        if (input > 0)
+            chosen_ = input_elsewhere == 0 ? own : nullptr;
+    }
+
+    // `s` is going away (its address may be reused by a new stream).
+    void forget(const Stream* s) {
+        if (chosen_ == s)
+            chosen_ = nullptr;
+    }
+
+  private:
+    const Stream* chosen_ = nullptr;  // read directly while its look is recent
+    uint64_t looked_ns_ = 0;
+};
+
+}  // namespace usiw
