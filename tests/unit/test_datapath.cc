@@ -1459,7 +1459,21 @@ void test_poller_reads_its_qps_socket(void**) {
                   IBV_WC_SEND, "the SEND's own completion");
     }
     const ProgressCounts handled = ProgressCounts().since(sends_start);
-    if (progress_by_recv() == before && handled.in_poll < kPollerHandled)
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+    // Under a sanitizer a verbs call can take longer than the 50 us after
+    // which a poller looks at every socket again, so the first poll after
+    // each SEND may always be a look (ThreadSanitizer: 1 run in 2). The
+    // bytes are checked all the same; whether they were read directly is
+    // the normal build's check.
+    constexpr bool kTimingChecked = false;
+#else
+    constexpr bool kTimingChecked = true;
+#endif
+    if (!kTimingChecked)
+        print_message("  not checked under a sanitizer: %" PRIu64 " of %" PRIu64
+                      " SENDs read directly\n",
+                      progress_by_recv() - before, sent);
+    else if (progress_by_recv() == before && handled.in_poll < kPollerHandled)
         print_message("  not checked: the poller handled %" PRIu64 " socket events of %" PRIu64
                       " SENDs, the engine's thread %" PRIu64 "\n",
                       handled.in_poll, sent, handled.in_engine);
