@@ -1433,11 +1433,11 @@ void test_poller_reads_its_qps_socket(void**) {
     Buf dst = new_buf(p.hb, 64);
     // Up to kSends messages, until one is read directly: on a loaded
     // machine the engine's thread may take some while the poller is off
-    // its CPU. Where polls are too slow to count as busy-polling (under
-    // AddressSanitizer each can take more than the 5 us that does), the
-    // engine's thread never steps aside and takes every message as it
-    // arrives; the poller then handles almost none itself
-    // (progress_in_poll), and how it reads its own is not checked.
+    // its CPU. Where the poller is off its CPU so often that it no longer
+    // counts as busy-polling, the engine's thread never steps aside and
+    // takes every message as it arrives; the poller then handles almost
+    // none itself (progress_in_poll), and how it reads its own is not
+    // checked (nor under a sanitizer: below).
     constexpr uint64_t kSends = 2000;
     constexpr uint64_t kPollerHandled = 20;
     const uint64_t before = progress_by_recv();

@@ -123,7 +123,7 @@ class Engine {
         if (lock) {
             Stream* own = cq ? stream_to_read(cq) : nullptr;
             if (direct_read_.may_read_directly(own, now)) {
-                found = receive_own(own).ready > 0;
+                found = receive_own(own);
             } else {
                 const Round round = progress(&DeviceStats::progress_in_poll, own);
                 direct_read_.looked(own, now, round.input, round.input_elsewhere);
@@ -347,18 +347,16 @@ class Engine {
         return s;
     }
 
-    // progress() for the stream stream_to_read chose.
-    Round receive_own(Stream* s) {
-        Round found;
+    // progress() for the stream stream_to_read chose: whether it found input.
+    bool receive_own(Stream* s) {
         if (!stream_receive(s))
-            return found;
-        found.ready = found.input = 1;
+            return false;
         DeviceStats& stats = *s->context->device->stats;
         count(stats.progress_in_poll);
         count(stats.progress_by_recv);
         if (!s->dead.load())
             socket_watch_settle(s);
-        return found;
+        return true;
     }
 
     // A stream whose unsignaled work waits for company (transmit_posted),
