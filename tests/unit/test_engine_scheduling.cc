@@ -5,7 +5,9 @@
 // time and when it must stop (RealtimeTier); and when a poller
 // waits for the progress lock, when a thread polls before it sleeps on a
 // completion channel, and when a poller reads its CQ's one socket without
-// asking the epoll set (DirectReadChoice). test_datapath's
+// asking the epoll set (DirectReadChoice); when the thread under real time
+// moves to the CPU that processes its input (InputCpuFollower,
+// move_to_cpu). test_datapath's
 // test_engine_thread_scheduling watches the real thread do it.
 
 #include <algorithm>
@@ -618,6 +620,79 @@ void test_channel_wait_polling(void**) {
     assert_int_equal(off.poll_ns(), 0);
 }
 
+// When the engine's thread under real time looks which CPU processes its
+// input, and when it moves there.
+void test_input_cpu_follower(void**) {
+    using usiw::InputCpuFollower;
+    InputCpuFollower f;
+    const uint64_t now = 5 * kSecond;
+    assert_true(f.time_to_look(now));  // the first round under real time
+    assert_false(f.time_to_look(now));
+    assert_false(f.time_to_look(now + InputCpuFollower::kLookNs - 1));
+    assert_true(f.time_to_look(now + InputCpuFollower::kLookNs));
+    assert_false(f.time_to_look(now + InputCpuFollower::kLookNs + 1));
+    assert_true(InputCpuFollower::should_move(1, 0, true));
+    assert_false(InputCpuFollower::should_move(1, 1, true));   // there already
+    assert_false(InputCpuFollower::should_move(1, 0, false));  // not in its affinity
+    assert_false(InputCpuFollower::should_move(-1, 0, true));  // the socket could not say
+    assert_false(InputCpuFollower::should_move(1, -1, true));  // nor the thread
+}
+
+// move_to_cpu on a thread of its own: the thread runs on the CPU asked for
+// when it returns, with its affinity as before; a CPU outside its affinity,
+// or its own, is refused. Under SCHED_FIFO (where the process may ask for
+// it), as the engine's thread moves, nothing moves the thread back before
+// it looks; under the default policy the load balancer might, so there
+// where it runs is not checked.
+void test_move_to_cpu(void**) {
+    using usiw::EngineScheduling;
+    struct Seen {
+        bool realtime = false;
+        bool two_cpus = false;
+        int target = -1;
+        bool moved = false;
+        int ran_on = -1;
+        bool affinity_kept = false;
+        bool refused_own = false;
+        bool refused_outside = false;
+    } seen;
+    std::thread([&seen] {
+        seen.realtime = EngineScheduling::apply_realtime();
+        cpu_set_t before;
+        if (sched_getaffinity(0, sizeof before, &before) != 0)
+            return;
+        const int here = sched_getcpu();
+        seen.refused_own = !EngineScheduling::move_to_cpu(here);
+        seen.refused_outside =
+            !EngineScheduling::move_to_cpu(CPU_SETSIZE - 1) && !EngineScheduling::move_to_cpu(-1);
+        for (int cpu = 0; cpu < CPU_SETSIZE && seen.target < 0; ++cpu)
+            if (cpu != here && CPU_ISSET(cpu, &before))
+                seen.target = cpu;
+        seen.two_cpus = seen.target >= 0;
+        if (seen.two_cpus) {
+            seen.moved = EngineScheduling::move_to_cpu(seen.target);
+            seen.ran_on = sched_getcpu();
+        }
+        cpu_set_t after;
+        seen.affinity_kept =
+            sched_getaffinity(0, sizeof after, &after) == 0 && CPU_EQUAL(&before, &after);
+        EngineScheduling::apply(false);
+    }).join();
+    assert_true(seen.refused_own);
+    assert_true(seen.refused_outside);
+    assert_true(seen.affinity_kept);
+    if (!seen.two_cpus) {
+        print_message("  one CPU in this process's affinity: no move is checked\n");
+        return;
+    }
+    assert_true(seen.moved);
+    if (seen.realtime)
+        assert_int_equal(seen.ran_on, seen.target);
+    else
+        print_message(
+            "  SCHED_FIFO refused to this process: where the thread ran is not checked\n");
+}
+
 }  // namespace
 
 int main(void) {
@@ -634,6 +709,8 @@ int main(void) {
         cmocka_unit_test(test_zero_threshold_counts_every_round),
         cmocka_unit_test(test_channel_wait_polling),
         cmocka_unit_test(test_direct_read_choice),
+        cmocka_unit_test(test_input_cpu_follower),
+        cmocka_unit_test(test_move_to_cpu),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <sched.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -203,6 +204,43 @@ void EngineScheduling::step_back() {
     }
     if (!apply(false))
         adaptive_ = realtime_tier_ = false;
+}
+
+int EngineScheduling::input_cpu_to_follow(int fd) {
+    if (!tier_.realtime() || !follower_.time_to_look(monotonic_ns()))
+        return -1;
+    int cpu = -1;
+    socklen_t len = sizeof cpu;
+    if (getsockopt(fd, SOL_SOCKET, SO_INCOMING_CPU, &cpu, &len) != 0)
+        return -1;
+    return cpu;
+}
+
+void EngineScheduling::follow_input(int input_cpu) {
+    if (input_cpu < 0 || !tier_.realtime())
+        return;
+    const int here = sched_getcpu();
+    if (!InputCpuFollower::should_move(input_cpu, here, true))
+        return;
+    if (move_to_cpu(input_cpu))
+        log_debug("progress thread: moved from CPU %d to CPU %d, where its input is processed",
+                  here, input_cpu);
+}
+
+bool EngineScheduling::move_to_cpu(int cpu) {
+    cpu_set_t allowed;
+    if (cpu < 0 || cpu >= CPU_SETSIZE || sched_getaffinity(0, sizeof allowed, &allowed) != 0 ||
+        !InputCpuFollower::should_move(cpu, sched_getcpu(), CPU_ISSET(cpu, &allowed)))
+        return false;
+    cpu_set_t only;
+    CPU_ZERO(&only);
+    CPU_SET(cpu, &only);
+    const bool moved = sched_setaffinity(0, sizeof only, &only) == 0;
+    // Given back even if the move failed; if this fails, the thread keeps
+    // running on `cpu` alone, which is still among the CPUs it was allowed.
+    if (moved && sched_setaffinity(0, sizeof allowed, &allowed) != 0)
+        log_debug("progress thread: its CPU affinity could not be restored: %s", strerror(errno));
+    return moved;
 }
 
 void RealtimeRound::leave(uint64_t now_ns) {

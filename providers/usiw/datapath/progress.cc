@@ -277,13 +277,18 @@ class Engine {
             // 56-71 us, 178-202 times.
             scheduling.step_back();
             Round found;
+            int input_cpu = -1;
             {
                 std::lock_guard lock(progress_mutex_);
                 scheduling.before_round();  // its bound counts from here
                 found = progress(&DeviceStats::progress_in_engine);
+                // Asked while the stream, and so its socket, is alive.
+                if (found.input_fd >= 0)
+                    input_cpu = scheduling.input_cpu_to_follow(found.input_fd);
             }
             scheduling.after_round(found.ready > 0, found.input > 0,
                                    last_app_poll_ns_.load(std::memory_order_relaxed));
+            scheduling.follow_input(input_cpu);
         }
     }
 
@@ -297,6 +302,7 @@ class Engine {
         int ready = 0;
         int input = 0;
         int input_elsewhere = 0;  // with input, and not the stream progress() was told of
+        int input_fd = -1;        // the socket of the last stream with input
     };
 
     // Takes one batch of ready streams, without waiting, and moves each
@@ -319,6 +325,8 @@ class Engine {
             const bool input = (events[i].events & EPOLLIN) != 0;
             found.input += input;
             found.input_elsewhere += input && s != own;
+            if (input)
+                found.input_fd = s->fd;
             if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
                 stream_receive(s);
             if ((events[i].events & EPOLLOUT) && !s->dead.load())
