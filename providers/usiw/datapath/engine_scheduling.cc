@@ -236,8 +236,8 @@ bool EngineScheduling::move_to_cpu(int cpu) {
     CPU_ZERO(&only);
     CPU_SET(cpu, &only);
     const bool moved = sched_setaffinity(0, sizeof only, &only) == 0;
-    // Given back even if the move failed; if this fails, the thread keeps
-    // running on `cpu` alone, which is still among the CPUs it was allowed.
+    // Given back at once. Should that fail, the thread keeps running on
+    // `cpu` alone, which is still among the CPUs it was allowed.
     if (moved && sched_setaffinity(0, sizeof allowed, &allowed) != 0)
         log_debug("progress thread: its CPU affinity could not be restored: %s", strerror(errno));
     return moved;
