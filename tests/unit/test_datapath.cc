@@ -26,6 +26,7 @@
 #include <linux/capability.h>
 #include <poll.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -61,6 +62,29 @@
 #include <stdint.h>
 extern "C" {
 #include <cmocka.h>
+}
+
+// cmocka 1.1.5 puts handlers of its own for SIGSEGV and SIGBUS in place
+// around every test, with signal(), and puts back the old ones after it.
+// That would replace the handler of usiw's fault guard
+// (datapath/fault_guard.h), which then turns itself off for the rest of
+// the process, and the placements into unmapped memory below would not
+// test it. This executable exports its own signal(), which leaves those
+// two signals' handlers as the provider set them (a test that faults then
+// ends the process: ctest reports it failed all the same).
+extern "C" sighandler_t signal(int sig, sighandler_t handler) {
+    struct sigaction old {};
+    if (sig == SIGSEGV || sig == SIGBUS) {
+        sigaction(sig, nullptr, &old);
+        return (old.sa_flags & SA_SIGINFO) ? SIG_DFL : old.sa_handler;
+    }
+    struct sigaction sa {};
+    sa.sa_handler = handler;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(sig, &sa, &old) != 0)
+        return SIG_ERR;
+    return old.sa_handler;
 }
 
 namespace {
@@ -2862,6 +2886,34 @@ uint64_t placement_faults() {
     return device_counter(test_device(), &usiw::DeviceStats::placement_faults);
 }
 
+uint64_t placement_syscalls() {
+    return device_counter(test_device(), &usiw::DeviceStats::placement_syscalls);
+}
+
+// Whether this process places small payloads with process_vm_writev rather
+// than under the fault guard (datapath/fault_guard.h): under
+// USIW_PLACEMENT_COPY=kernel (ctest's test_placement_kernel_copy), and in
+// a ThreadSanitizer build.
+bool kernel_copies_expected() {
+#if defined(__SANITIZE_THREAD__)
+    return true;
+#else
+    const char* v = std::getenv("USIW_PLACEMENT_COPY");
+    return v && std::strcmp(v, "kernel") == 0;
+#endif
+}
+
+// The copies since `before` went the way this process's setting says.
+void expect_placement_copies_as_set(uint64_t before) {
+    const uint64_t now = placement_syscalls();
+    if (kernel_copies_expected())
+        EXPECT(now > before, "placement_syscalls stayed at %" PRIu64 " under the kernel copy", now);
+    else
+        EXPECT(now == before,
+               "placement_syscalls went from %" PRIu64 " to %" PRIu64 " under the fault guard",
+               before, now);
+}
+
 // The device counted exactly one placement fault since it read `before`.
 void expect_one_more_placement_fault(uint64_t before) {
     EXPECT(placement_faults() == before + 1,
@@ -2905,6 +2957,7 @@ void test_raw_write_into_unmapped(void**) {
         for (size_t size : {size_t{64}, size_t{8192}}) {
             where("raw: %zu-byte WRITE into unmapped registered pages, crc=%d", size, crc);
             const uint64_t faults = placement_faults();
+            const uint64_t syscalls = placement_syscalls();
             Pair other = new_pair(Framing{crc, 65536});
             RawTarget t = raw_target(crc, 2);
             UnmappedMr u = unmapped_mr(t.h);
@@ -2928,6 +2981,7 @@ void test_raw_write_into_unmapped(void**) {
             expect_rbuf_untouched(t);
             expect_one_more_placement_fault(faults);
             expect_pair_works(other, 233);
+            expect_placement_copies_as_set(syscalls);
             release(u);
             release_all();
         }
@@ -3857,6 +3911,13 @@ int main(int argc, char** argv) {
     const struct CMUnitTest scheduling[] = {
         T(test_engine_thread_scheduling),
     };
+    // The placements into unmapped memory again, in a process of its own
+    // under USIW_PLACEMENT_COPY=kernel (ctest's test_placement_kernel_copy).
+    const struct CMUnitTest unmapped[] = {
+        T(test_raw_write_into_unmapped),        T(test_raw_send_into_unmapped),
+        T(test_raw_sends_held_until_placed),    T(test_raw_read_response_into_unmapped),
+        T(test_raw_read_request_from_unmapped),
+    };
     const struct CMUnitTest realtime[] = {
         T(test_engine_thread_realtime),
     };
@@ -3877,11 +3938,16 @@ int main(int argc, char** argv) {
         return cmocka_run_group_tests_name("engine thread scheduling, no real time", scheduling,
                                            nullptr, nullptr);
     }
+    if (argc > 1 && std::strcmp(argv[1], "--unmapped") == 0)
+        return cmocka_run_group_tests_name("placement into unmapped memory", unmapped, nullptr,
+                                           nullptr);
     if (argc > 1 && std::strcmp(argv[1], "--realtime") == 0)
         return cmocka_run_group_tests_name("engine thread realtime", realtime, nullptr, nullptr);
     if (argc > 1) {
-        std::fprintf(stderr, "usage: %s [--scheduling | --scheduling-unprivileged | --realtime]\n",
-                     argv[0]);
+        std::fprintf(
+            stderr,
+            "usage: %s [--scheduling | --scheduling-unprivileged | --unmapped | --realtime]\n",
+            argv[0]);
         return 2;
     }
     return cmocka_run_group_tests(tests, nullptr, nullptr);

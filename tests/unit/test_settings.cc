@@ -61,6 +61,7 @@ void test_registry_lists_every_setting(void**) {
         "USIW_ENGINE_LATE_US",
         "USIW_TX_BATCH_US",
         "USIW_CQ_EVENT_POLL_US",
+        "USIW_PLACEMENT_COPY",
         "USIW_PEER_TIMEOUT_MS",
         "USIW_DEBUG",
         "VERBS_LOG_LEVEL",
@@ -125,6 +126,20 @@ void test_zero_copy_min(void**) {
         assert_int_equal(settings::zero_copy_min_bytes(), c.bytes);
     }
     unsetenv("USIW_ZCOPY_MIN");
+}
+
+// USIW_PLACEMENT_COPY's values; anything else means guarded.
+void test_placement_copy(void**) {
+    using settings::PlacementCopy;
+    unsetenv("USIW_PLACEMENT_COPY");
+    assert_int_equal(settings::placement_copy(), PlacementCopy::kGuarded);
+    setenv("USIW_PLACEMENT_COPY", "kernel", 1);
+    assert_int_equal(settings::placement_copy(), PlacementCopy::kKernel);
+    setenv("USIW_PLACEMENT_COPY", "guarded", 1);
+    assert_int_equal(settings::placement_copy(), PlacementCopy::kGuarded);
+    setenv("USIW_PLACEMENT_COPY", "memcpy", 1);
+    assert_int_equal(settings::placement_copy(), PlacementCopy::kGuarded);
+    unsetenv("USIW_PLACEMENT_COPY");
 }
 
 // USIW_ENGINE_SCHED's values; anything else means auto.
@@ -304,6 +319,7 @@ int main(void) {
         cmocka_unit_test(test_registry_lists_every_setting),
         cmocka_unit_test(test_zero_copy),
         cmocka_unit_test(test_zero_copy_min),
+        cmocka_unit_test(test_placement_copy),
         cmocka_unit_test(test_engine_sched),
         cmocka_unit_test(test_engine_late),
         cmocka_unit_test(test_tx_batch),

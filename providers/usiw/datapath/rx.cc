@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include "datapath/completion.h"
 #include "datapath/datapath.h"
 #include "datapath/engine_scheduling.h"
+#include "datapath/fault_guard.h"
 #include "datapath/stream.h"
 #include "verbs/log.h"
 
@@ -40,20 +42,22 @@ constexpr uint8_t kSmallRunEndsInPlace = 4;
 using wire::Opcode;
 namespace term = wire::term;
 
-// Placement never copies with this thread's own loads and stores: the
-// application may unmap pages of a registered region without deregistering
-// it (kernel providers keep registered pages pinned; usiw without the
-// kernel shim cannot), and a memcpy there would end the whole process with
-// SIGSEGV in the engine's thread. The kernel copies instead, and answers
-// EFAULT: process_vm_writev() on our own process for payload that came
-// through the staging buffer, recvmsg() straight into the destination for
-// large payloads (receive_locked). The copies are queued and made in one
-// system call per batch of FPDUs (an RDMA Write completes nothing at the
-// target, so its payload may wait until the end of the batch, and a Send's
-// receive completion is held until then: Stream::rx_held); anything else
-// that makes placed bytes visible (a completion of a READ or in error, a
-// Read Request's source, a TERMINATE, the end of the batch) places the
-// queue first, and the held receives complete right after it.
+// Placement never copies with a plain memcpy: the application may unmap
+// pages of a registered region without deregistering it (kernel providers
+// keep registered pages pinned; usiw without the kernel shim cannot), and a
+// memcpy there would end the whole process with SIGSEGV in the engine's
+// thread. Payload that came through the staging buffer is copied under the
+// fault guard (fault_guard.h), which ends the copy at such a page; where
+// the guard is off, the kernel copies (process_vm_writev() on our own
+// process), and answers EFAULT. Large payloads are received straight into
+// their destination with recvmsg() (receive_locked), which answers EFAULT
+// too. The copies are queued and made together per batch of FPDUs (an RDMA
+// Write completes nothing at the target, so its payload may wait until the
+// end of the batch, and a Send's receive completion is held until then:
+// Stream::rx_held); anything else that makes placed bytes visible (a
+// completion of a READ or in error, a Read Request's source, a TERMINATE,
+// the end of the batch) places the queue first, and the held receives
+// complete right after it.
 class Placer {
   public:
     static constexpr size_t kMaxCopies = 256;
@@ -72,19 +76,26 @@ class Placer {
 
     // Makes every queued copy. False when the destination of one is not
     // mapped (or not writable): then nothing from that copy on was placed,
-    // and *failed_tag and *failed_addr name it.
-    bool flush(uint32_t* failed_tag, void** failed_addr) noexcept {
+    // and *failed_tag and *failed_addr name it. *by_kernel: whether the
+    // copy took a process_vm_writev call.
+    bool flush(uint32_t* failed_tag, void** failed_addr, bool* by_kernel) noexcept {
+        *by_kernel = false;
         if (n_ == 0)
             return true;
         size_t done = 0;
-        ssize_t r;
-        do {
-            r = process_vm_writev(pid(), local_.data(), n_, remote_.data(), n_, 0);
-        } while (r < 0 && errno == EINTR);
-        if (r >= 0)
-            done = static_cast<size_t>(r);
-        else if (errno != EFAULT)
-            fallback_copy(&done);  // process_vm_writev refused (a seccomp policy)
+        if (guard_usable()) {
+            done = copy_guarded(local_.data(), remote_.data(), n_);
+        } else {
+            *by_kernel = true;
+            ssize_t r;
+            do {
+                r = process_vm_writev(pid(), local_.data(), n_, remote_.data(), n_, 0);
+            } while (r < 0 && errno == EINTR);
+            if (r >= 0)
+                done = static_cast<size_t>(r);
+            else if (errno != EFAULT)
+                fallback_copy(&done);  // process_vm_writev refused (a seccomp policy)
+        }
         const bool ok = done == bytes_;
         if (!ok) {
             // The copy stops at the first element it cannot complete.
@@ -100,6 +111,26 @@ class Placer {
     }
 
   private:
+    // Whether the fault guard may copy; once a second it checks that the
+    // application has not replaced the guard's handler meanwhile.
+    static bool guard_usable() noexcept {
+        if (!fault_guard_usable())
+            return false;
+        static std::atomic<uint64_t> next_check_ns{0};
+        const uint64_t now = coarse_ns();
+        if (now < next_check_ns.load(std::memory_order_relaxed))
+            return true;
+        next_check_ns.store(now + kGuardCheckNs, std::memory_order_relaxed);
+        return fault_guard_still_installed();
+    }
+
+    static uint64_t coarse_ns() noexcept {
+        timespec ts{};
+        clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+        return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000 + static_cast<uint64_t>(ts.tv_nsec);
+    }
+    static constexpr uint64_t kGuardCheckNs = 1'000'000'000;
+
     static pid_t pid() noexcept {
         static const pid_t self = getpid();
         return self;
@@ -256,7 +287,10 @@ class Receiver {
         }
         uint32_t failed = 0;
         void* addr = nullptr;
-        const bool ok = q_.placer.flush(&failed, &addr);
+        bool by_kernel = false;
+        const bool ok = q_.placer.flush(&failed, &addr, &by_kernel);
+        if (by_kernel)
+            count(stats_.placement_syscalls);
         current_ = kNoFpdu;
         q_.pending_count = 0;
         if (!ok) {

@@ -39,6 +39,10 @@ constexpr StatField kFields[] = {
     {"crc_errors", &DeviceStats::crc_errors, "FPDUs with a bad CRC32c"},
     {"placement_faults", &DeviceStats::placement_faults,
      "peer accesses refused because the registered memory was no longer mapped"},
+    {"placement_syscalls", &DeviceStats::placement_syscalls,
+     "batches of small payloads copied into place by a process_vm_writev call, because "
+     "usiw's fault guard is off (USIW_PLACEMENT_COPY=kernel, or the program replaced its "
+     "SIGSEGV handler); 0 while usiw copies them itself"},
     {"cm_refused", &DeviceStats::cm_refused,
      "MPA requests answered with a reject (markers, CRC or revision the policy refuses)"},
     {"cm_dropped", &DeviceStats::cm_dropped,

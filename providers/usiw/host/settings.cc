@@ -60,6 +60,15 @@ constexpr Setting kAll[] = {
      "waits for an event each lasted longer than this sleeps at once, until a wait ends "
      "within it",
      Scope::kProvider},
+    {"USIW_PLACEMENT_COPY", "guarded | kernel", "guarded",
+     "how a peer's payload that arrived in usiw's staging buffer (messages under 4 KiB) is "
+     "copied into its destination: guarded copies in usiw's own thread under a SIGSEGV/SIGBUS "
+     "handler of usiw's, which turns a destination the application unmapped without ibv_dereg_mr "
+     "into a placement fault (TERMINATE, an error completion) and passes every other signal to "
+     "the handler that was there before; kernel copies with process_vm_writev, one system call "
+     "per batch, for programs whose own handler must stay alone (usiw also does so once the "
+     "program replaces its handler)",
+     Scope::kProvider},
     {"USIW_PEER_TIMEOUT_MS", "milliseconds, 0 to 999999999 (0: off)", "60000",
      "how long a connection's peer may stay silent while we wait for it (data unacknowledged, "
      "or TCP keepalive probes unanswered) before the connection is dropped, its QP goes to ERR "
@@ -150,6 +159,7 @@ constexpr const Setting& kEngineLate = entry("USIW_ENGINE_LATE_US");
 constexpr const Setting& kTxBatch = entry("USIW_TX_BATCH_US");
 constexpr const Setting& kCqEventPoll = entry("USIW_CQ_EVENT_POLL_US");
 constexpr const Setting& kPeerTimeout = entry("USIW_PEER_TIMEOUT_MS");
+constexpr const Setting& kPlacementCopy = entry("USIW_PLACEMENT_COPY");
 constexpr const Setting& kDebug = entry("USIW_DEBUG");
 constexpr const Setting& kVerbsLogLevel = entry("VERBS_LOG_LEVEL");
 constexpr const Setting& kVerbsLogFile = entry("VERBS_LOG_FILE");
@@ -383,6 +393,14 @@ int peer_timeout_ms() {
         return kPeerTimeoutDefaultMs;
     }
     return *ms;
+}
+
+PlacementCopy placement_copy() {
+    static constexpr Word<PlacementCopy> kWords[] = {
+        {"guarded", PlacementCopy::kGuarded},
+        {"kernel", PlacementCopy::kKernel},
+    };
+    return word_value(kPlacementCopy, kWords, PlacementCopy::kGuarded);
 }
 
 EngineSched engine_sched() {

@@ -80,6 +80,11 @@ inline constexpr uint64_t kCqEventPollDefaultNs = 50'000;
 inline constexpr uint64_t kCqEventPollMaxUs = 1'000'000;
 uint64_t cq_event_poll_ns();
 
+// USIW_PLACEMENT_COPY: how staged payload is copied into its destination
+// (datapath/fault_guard.h).
+enum class PlacementCopy : uint8_t { kGuarded, kKernel };
+PlacementCopy placement_copy();
+
 // USIW_PEER_TIMEOUT_MS: how long a connected peer may stay silent while we
 // wait for it (TCP_USER_TIMEOUT and keepalive, datapath/attach.cc); 0: off.
 inline constexpr int kPeerTimeoutDefaultMs = 60000;
