@@ -43,7 +43,14 @@ class Engine {
   public:
     Engine()
         : wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)), start_errno_(wake_fd_ < 0 ? errno : 0) {
-        if (wake_fd_ >= 0 && socket_watch_fd() >= 0)
+        if (wake_fd_ < 0)
+            return;
+        // Without the epoll set, add() answers its creation's errno.
+        if (int err = socket_watch_add_wake(wake_fd_); err != 0 && socket_watch_fd() >= 0) {
+            start_errno_ = err;
+            return;
+        }
+        if (socket_watch_fd() >= 0)
             std::thread([this] {
                 pthread_setname_np(pthread_self(), "usiw-progress");  // as top -H shows it
                 run();
@@ -63,14 +70,16 @@ class Engine {
             held_count_.store(held_.size(), std::memory_order_relaxed);
         }
         socket_watch_remove(s);
+        // Events taken from here on, or taken before and resolved after
+        // this, do not name the stream.
+        socket_watch_forget(s);
         {
-            // A batch taken before the stream was marked dead may still be
-            // using it (its device counter is reached through the QP's
+            // A batch resolved before the stream was marked dead may still
+            // be using it (its device counter is reached through the QP's
             // context, which the application may free as soon as
             // destroy_qp returns): wait until that batch is done. Batches
-            // are taken and used only under progress_mutex_, and no caller
-            // of retire holds it; a batch taken after this point cannot
-            // name the stream, whose fd has left the epoll set.
+            // are resolved and used only under progress_mutex_, and no
+            // caller of retire holds it.
             std::lock_guard batch_done(progress_mutex_);
             direct_read_.forget(s);
         }
@@ -213,6 +222,7 @@ class Engine {
     // to be scheduled: engine_scheduling.h.
     void run() {
         EngineScheduling scheduling(settings::engine_sched(), settings::engine_late_ns());
+        epoll_event events[kMaxReady];
         bool was_aside = false;  // since the last wait for the sockets
         for (;;) {
             // Declared first, so it ends after every lock of the round has
@@ -246,15 +256,18 @@ class Engine {
                 scheduling.rebase();
                 was_aside = false;
             }
-            // Wait without taking events, so that a batch is taken (and its
-            // streams used) only under progress_mutex_.
-            pollfd fds[2] = {{socket_watch_fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+            // One system call waits and takes the events; they name streams
+            // by token, resolved under progress_mutex_ (a stream retired
+            // meanwhile is no longer named). Events left untaken because
+            // the application polls again are level-triggered: its next
+            // look takes them.
             const timespec wait = plan_wait();
-            const int polled = ::ppoll(fds, 2, &wait, nullptr);
+            const int taken = socket_watch_wait(events, kMaxReady, &wait);
             awake();
-            if (polled < 0)
+            if (taken < 0)
                 continue;
-            if (fds[1].revents)
+            if (std::any_of(events, events + taken,
+                            [](const epoll_event& e) { return e.data.u64 == kWakeWatchToken; }))
                 drain_wake();
             if (held_count_.load(std::memory_order_relaxed) > 0) {
                 std::lock_guard lock(progress_mutex_);
@@ -281,7 +294,9 @@ class Engine {
             {
                 std::lock_guard lock(progress_mutex_);
                 scheduling.before_round();  // its bound counts from here
-                found = progress(&DeviceStats::progress_in_engine);
+                ReadyStream ready[kMaxReady];
+                const int n = socket_watch_resolve(events, taken, ready);
+                found = progress_ready(ready, n, &DeviceStats::progress_in_engine);
                 // Asked while the stream, and so its socket, is alive.
                 if (found.input_fd >= 0)
                     input_cpu = scheduling.input_cpu_to_follow(found.input_fd);
@@ -309,27 +324,36 @@ class Engine {
     // forward, counting each in its device's `counter`. Called with
     // progress_mutex_ held.
     Round progress(std::atomic<uint64_t> DeviceStats::*counter, const Stream* own = nullptr) {
-        epoll_event events[64];
+        ReadyStream ready[kMaxReady];
+        const int n = socket_watch_ready(ready, kMaxReady);
+        return progress_ready(ready, n, counter, own);
+    }
+
+    // Moves the `n` ready streams forward. Called with progress_mutex_ held,
+    // under which they were resolved.
+    Round progress_ready(const ReadyStream* ready, int n,
+                         std::atomic<uint64_t> DeviceStats::*counter, const Stream* own = nullptr) {
         Round found;
-        found.ready = socket_watch_ready(events, 64);
-        for (int i = 0; i < found.ready; ++i) {
+        found.ready = n;
+        for (int i = 0; i < n; ++i) {
             RealtimeRound::check();
-            auto* s = static_cast<Stream*>(events[i].data.ptr);
+            Stream* s = ready[i].stream;
+            const uint32_t events = ready[i].events;
             if (s->dead.load())
                 continue;  // retired after this batch was fetched
             count(s->context->device->stats->*counter);
             // Zero-copy notifications wait; the work they release may let
             // a paused transmitter resume.
-            if ((events[i].events & EPOLLERR) && stream_reap_zerocopy(s))
+            if ((events & EPOLLERR) && stream_reap_zerocopy(s))
                 stream_transmit(s, false);
-            const bool input = (events[i].events & EPOLLIN) != 0;
+            const bool input = (events & EPOLLIN) != 0;
             found.input += input;
             found.input_elsewhere += input && s != own;
             if (input)
                 found.input_fd = s->fd;
-            if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+            if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
                 stream_receive(s);
-            if ((events[i].events & EPOLLOUT) && !s->dead.load())
+            if ((events & EPOLLOUT) && !s->dead.load())
                 stream_transmit(s, false);
             if (!s->dead.load())
                 socket_watch_settle(s);

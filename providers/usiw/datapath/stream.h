@@ -191,6 +191,9 @@ struct TxMessage {
     uint64_t next_size = 0;
 };
 
+// A Stream's watch_token before it is watched and after it is forgotten.
+inline constexpr uint64_t kNoWatchToken = UINT64_MAX;
+
 struct Stream {
     Qp* qp = nullptr;  // valid while !dead
     Context* context = nullptr;
@@ -204,6 +207,9 @@ struct Stream {
     std::atomic<bool> peer_gone{false};
     std::atomic<bool> want_writable{false};
     std::atomic<bool> in_epoll{false};
+    // Its name in the engine's epoll set (socket_watch.h), from
+    // socket_watch_add until socket_watch_forget.
+    uint64_t watch_token = kNoWatchToken;
 
     // Transmit side.
     std::mutex tx_mutex;
