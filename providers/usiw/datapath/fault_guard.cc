@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #include "datapath/fault_guard.h"
 
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 
@@ -24,11 +25,37 @@ struct FaultLanding {
     uintptr_t hi = 0;
 };
 
-// The calling thread's copy in progress. Initial-exec: the handler reads it
-// with a plain load, where the default model for a dlopen'ed library may
-// allocate the thread's block on first access (malloc, in a signal
-// handler, perhaps inside a malloc that faulted).
-__attribute__((tls_model("initial-exec"))) thread_local FaultLanding* t_landing = nullptr;
+// The copies in progress, one slot per copying thread, so that the handler
+// finds its own thread's. Not thread_local: the provider is dlopen'ed, and
+// there the handler's first touch of a thread-local variable on a thread
+// that never used it may allocate (malloc, in a signal handler, perhaps
+// inside a malloc that faulted); the initial-exec model avoids that but
+// takes static TLS, which a dlopen'ed library may not get ("cannot
+// allocate memory in static TLS block"). A thread that finds no free slot
+// copies through the kernel instead.
+struct ActiveCopy {
+    std::atomic<pthread_t> owner{0};  // 0: free
+    FaultLanding* landing = nullptr;  // written and read by the owner's thread alone
+};
+constexpr size_t kMaxCopiers = 64;
+ActiveCopy g_copies[kMaxCopiers];
+
+ActiveCopy* claim_slot(pthread_t self) {
+    for (ActiveCopy& c : g_copies) {
+        pthread_t expected = 0;
+        if (c.owner.load(std::memory_order_relaxed) == 0 &&
+            c.owner.compare_exchange_strong(expected, self, std::memory_order_acquire))
+            return &c;
+    }
+    return nullptr;
+}
+
+FaultLanding* landing_of(pthread_t self) {
+    for (ActiveCopy& c : g_copies)
+        if (c.owner.load(std::memory_order_relaxed) == self)
+            return c.landing;
+    return nullptr;
+}
 
 constexpr int kSignals[] = {SIGSEGV, SIGBUS};
 struct sigaction g_previous[2];  // written once, before ours is installed
@@ -60,12 +87,10 @@ void pass_on(int sig, siginfo_t* info, void* context) {
 }
 
 void on_fault(int sig, siginfo_t* info, void* context) {
-    FaultLanding* landing = t_landing;
+    FaultLanding* landing = landing_of(pthread_self());
     const auto addr = reinterpret_cast<uintptr_t>(info->si_addr);
-    if (landing && info->si_code > 0 && addr >= landing->lo && addr < landing->hi) {
-        t_landing = nullptr;
+    if (landing && info->si_code > 0 && addr >= landing->lo && addr < landing->hi)
         siglongjmp(landing->jump, 1);
-    }
     pass_on(sig, info, context);
 }
 
@@ -128,13 +153,16 @@ bool fault_guard_still_installed() noexcept {
     return false;
 }
 
-size_t copy_guarded(const iovec* src, const iovec* dst, size_t n) noexcept {
+bool copy_guarded(const iovec* src, const iovec* dst, size_t n, size_t* copied) noexcept {
+    ActiveCopy* slot = claim_slot(pthread_self());
+    if (!slot)
+        return false;
     FaultLanding landing;
     // Changed between sigsetjmp and a jump back, so kept in memory.
     volatile size_t done = 0;
     volatile size_t i = 0;
     if (sigsetjmp(landing.jump, 0) == 0) {
-        t_landing = &landing;
+        slot->landing = &landing;
         while (i < n) {
             const size_t at = i;
             const size_t len = dst[at].iov_len;
@@ -148,8 +176,10 @@ size_t copy_guarded(const iovec* src, const iovec* dst, size_t n) noexcept {
             i = at + 1;
         }
     }
-    t_landing = nullptr;
-    return done;
+    slot->landing = nullptr;
+    slot->owner.store(0, std::memory_order_release);
+    *copied = done;
+    return true;
 }
 
 }  // namespace usiw

@@ -37,9 +37,11 @@ bool fault_guard_usable() noexcept;
 bool fault_guard_still_installed() noexcept;
 
 // Copies dst[i] <- src[i] (each pair the same length) in order, stopping
-// at the first destination that faults. Returns the bytes of the whole
-// pairs copied before it: the copy that faulted may have written part of
-// its destination. Only after fault_guard_usable() returned true.
-size_t copy_guarded(const iovec* src, const iovec* dst, size_t n) noexcept;
+// at the first destination that faults; *copied: the bytes of the whole
+// pairs copied before it (the copy that faulted may have written part of
+// its destination). False, with nothing copied, when too many threads
+// copy at once (64): then the caller copies through the kernel. Only
+// after fault_guard_usable() returned true.
+bool copy_guarded(const iovec* src, const iovec* dst, size_t n, size_t* copied) noexcept;
 
 }  // namespace usiw

@@ -83,9 +83,7 @@ class Placer {
         if (n_ == 0)
             return true;
         size_t done = 0;
-        if (guard_usable()) {
-            done = copy_guarded(local_.data(), remote_.data(), n_);
-        } else {
+        if (!guard_usable() || !copy_guarded(local_.data(), remote_.data(), n_, &done)) {
             *by_kernel = true;
             ssize_t r;
             do {
