@@ -45,12 +45,9 @@ class Engine {
         : wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)), start_errno_(wake_fd_ < 0 ? errno : 0) {
         if (wake_fd_ < 0)
             return;
-        // Without the epoll set, add() answers its creation's errno.
-        if (int err = socket_watch_add_wake(wake_fd_); err != 0 && socket_watch_fd() >= 0) {
-            start_errno_ = err;
-            return;
-        }
-        if (socket_watch_fd() >= 0)
+        // Without the epoll set, this is its creation's errno.
+        start_errno_ = socket_watch_add_wake(wake_fd_);
+        if (start_errno_ == 0)
             std::thread([this] {
                 pthread_setname_np(pthread_self(), "usiw-progress");  // as top -H shows it
                 run();

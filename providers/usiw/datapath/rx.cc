@@ -10,7 +10,6 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -115,18 +114,13 @@ class Placer {
         if (!fault_guard_usable())
             return false;
         static std::atomic<uint64_t> next_check_ns{0};
-        const uint64_t now = coarse_ns();
+        const uint64_t now = monotonic_ns();
         if (now < next_check_ns.load(std::memory_order_relaxed))
             return true;
         next_check_ns.store(now + kGuardCheckNs, std::memory_order_relaxed);
         return fault_guard_still_installed();
     }
 
-    static uint64_t coarse_ns() noexcept {
-        timespec ts{};
-        clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-        return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000 + static_cast<uint64_t>(ts.tv_nsec);
-    }
     static constexpr uint64_t kGuardCheckNs = 1'000'000'000;
 
     static pid_t pid() noexcept {

@@ -95,10 +95,6 @@ void modify(Stream* s, uint32_t events) {
 
 }  // namespace
 
-int socket_watch_fd() {
-    return epoll_set().fd;
-}
-
 int socket_watch_add(Stream* s) {
     const EpollSet& set = epoll_set();
     if (set.fd < 0)

@@ -4,11 +4,11 @@
 // after a short write; nothing once its peer is gone). The set names a
 // socket by a token, not its Stream's address: the progress thread takes
 // events without the progress lock, and a token of a stream retired
-// meanwhile resolves to nothing, where an address would be freed memory. It sits below
-// both of its users, so neither calls back into the other: the transmitter
-// (tx.cc) asks for room to write here, from the engine's thread or the
-// application's, and the engine (progress.cc) waits on the set and takes
-// its ready events here.
+// meanwhile resolves to nothing, where an address would be freed memory.
+// It sits below both of its users, so neither calls back into the other:
+// the transmitter (tx.cc) asks for room to write here, from the engine's
+// thread or the application's, and the engine (progress.cc) waits on the
+// set and takes its ready events here.
 #pragma once
 
 #include <sys/epoll.h>
@@ -29,8 +29,6 @@ struct ReadyStream {
     uint32_t events;
 };
 
-// The epoll set's fd, or -1 when it could not be created.
-int socket_watch_fd();
 // Watches `stream`'s socket for input. 0, or the errno of the failure
 // (that of epoll_create1 if the set could not be created).
 int socket_watch_add(Stream* stream);
