@@ -222,6 +222,57 @@ void test_other_faults_pass_on(void**) {
     release(p);
 }
 
+// A copy whose source faults, ended for good by the process's handler
+// (it jumps out, as test_handler does), leaves nothing behind: more such
+// copies than the guard has slots, and copies still run guarded
+// afterwards; and a later fault in an abandoned copy's destination, outside
+// any copy, is the process's, not a jump into the abandoned copy's frame.
+void test_abandoned_copies_leave_nothing(void**) {
+    if (!guard_expected())
+        return;
+    const Pages from = pages_with_hole();
+    const Pages into = pages_with_hole();
+    for (int n = 0; n < 100; ++n) {
+        const int before = g_test_faults;
+        g_test_armed = 1;
+        if (sigsetjmp(g_test_landing, 0) == 0) {
+            // Source and destination both without access: the source is
+            // read first, so that fault is the one the process handles.
+            const iovec s[] = {{from.hole(), 64}};
+            const iovec d[] = {{into.hole(), 64}};
+            size_t done = 0;
+            usiw::copy_guarded(s, d, 1, &done);
+            fail_msg("a copy from a page without access did not fault");
+        }
+        assert_int_equal(g_test_faults, before + 1);
+        assert_true(g_test_fault_addr >= reinterpret_cast<uintptr_t>(from.hole()) &&
+                    g_test_fault_addr < reinterpret_cast<uintptr_t>(from.hole() + 64));
+    }
+    const int before = g_test_faults;
+    g_test_armed = 1;
+    if (sigsetjmp(g_test_landing, 0) == 0) {
+        *reinterpret_cast<volatile uint8_t*>(into.hole() + 5) = 1;
+        fail_msg("a write to a page without access did not fault");
+    }
+    assert_int_equal(g_test_faults, before + 1);
+    assert_true(g_test_fault_addr == reinterpret_cast<uintptr_t>(into.hole() + 5));
+
+    // Still guarded: a destination without access ends the copy, and the
+    // process's handler sees nothing.
+    const std::vector<uint8_t> a(100, 0x11);
+    const std::vector<uint8_t> b(100, 0x22);
+    const iovec s[] = {{const_cast<uint8_t*>(a.data()), a.size()},
+                       {const_cast<uint8_t*>(b.data()), b.size()}};
+    const iovec d[] = {{into.base, a.size()}, {into.hole(), b.size()}};
+    size_t done = 0;
+    assert_true(usiw::copy_guarded(s, d, 2, &done));
+    assert_int_equal(done, a.size());
+    assert_memory_equal(into.base, a.data(), a.size());
+    assert_int_equal(g_test_faults, before + 1);
+    release(from);
+    release(into);
+}
+
 // Runs last: once the process replaces usiw's handler, the guard is off
 // for good (placement then copies with process_vm_writev).
 void test_replaced_handler_turns_it_off(void**) {
@@ -269,6 +320,7 @@ int main(int argc, char** argv) {
         cmocka_unit_test(test_copies_land),
         cmocka_unit_test(test_fault_ends_the_copy),
         cmocka_unit_test(test_other_faults_pass_on),
+        cmocka_unit_test(test_abandoned_copies_leave_nothing),
         cmocka_unit_test(test_replaced_handler_turns_it_off),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);

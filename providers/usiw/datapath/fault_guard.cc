@@ -32,7 +32,9 @@ struct FaultLanding {
 // inside a malloc that faulted); the initial-exec model avoids that but
 // takes static TLS, which a dlopen'ed library may not get ("cannot
 // allocate memory in static TLS block"). A thread that finds no free slot
-// copies through the kernel instead.
+// copies through the kernel instead. A thread that ended while its copy
+// was abandoned (claim_slot) keeps its slot until a thread with the same
+// pthread_t copies.
 struct ActiveCopy {
     std::atomic<pthread_t> owner{0};  // 0: free
     FaultLanding* landing = nullptr;  // written and read by the owner's thread alone
@@ -40,7 +42,16 @@ struct ActiveCopy {
 constexpr size_t kMaxCopiers = 64;
 ActiveCopy g_copies[kMaxCopiers];
 
-ActiveCopy* claim_slot(pthread_t self) {
+// Not inlined into copy_guarded(), whose sigsetjmp would otherwise make
+// the compiler doubt its loop variables.
+[[gnu::noinline]] ActiveCopy* claim_slot(pthread_t self) {
+    // A slot this thread still owns was left by a copy that never returned:
+    // a fault on its source went to the process's handler, which jumped out
+    // of it (pass_on). Taking it again keeps such copies from using up the
+    // table.
+    for (ActiveCopy& c : g_copies)
+        if (c.owner.load(std::memory_order_relaxed) == self)
+            return &c;
     for (ActiveCopy& c : g_copies) {
         pthread_t expected = 0;
         if (c.owner.load(std::memory_order_relaxed) == 0 &&
@@ -50,10 +61,10 @@ ActiveCopy* claim_slot(pthread_t self) {
     return nullptr;
 }
 
-FaultLanding* landing_of(pthread_t self) {
+ActiveCopy* slot_of(pthread_t self) {
     for (ActiveCopy& c : g_copies)
         if (c.owner.load(std::memory_order_relaxed) == self)
-            return c.landing;
+            return &c;
     return nullptr;
 }
 
@@ -87,11 +98,20 @@ void pass_on(int sig, siginfo_t* info, void* context) {
 }
 
 void on_fault(int sig, siginfo_t* info, void* context) {
-    FaultLanding* landing = landing_of(pthread_self());
+    ActiveCopy* slot = slot_of(pthread_self());
+    FaultLanding* landing = slot ? slot->landing : nullptr;
     const auto addr = reinterpret_cast<uintptr_t>(info->si_addr);
     if (landing && info->si_code > 0 && addr >= landing->lo && addr < landing->hi)
         siglongjmp(landing->jump, 1);
+    // Not ours. The process's handler may jump out of the copy for good,
+    // and then its landing, on a stack frame that is gone, must never be
+    // jumped to: it is detached while that handler runs, and put back only
+    // if the handler returns (the copy goes on).
+    if (slot)
+        slot->landing = nullptr;
     pass_on(sig, info, context);
+    if (slot)
+        slot->landing = landing;
 }
 
 bool handler_is_ours(int sig) {
@@ -154,7 +174,7 @@ bool fault_guard_still_installed() noexcept {
 }
 
 bool copy_guarded(const iovec* src, const iovec* dst, size_t n, size_t* copied) noexcept {
-    ActiveCopy* slot = claim_slot(pthread_self());
+    ActiveCopy* const volatile slot = claim_slot(pthread_self());
     if (!slot)
         return false;
     FaultLanding landing;
