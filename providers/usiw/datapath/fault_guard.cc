@@ -42,6 +42,14 @@ struct ActiveCopy {
 constexpr size_t kMaxCopiers = 64;
 ActiveCopy g_copies[kMaxCopiers];
 
+// The slot `self` owns, if any: the handler's lookup, and claim_slot's.
+ActiveCopy* slot_of(pthread_t self) {
+    for (ActiveCopy& c : g_copies)
+        if (c.owner.load(std::memory_order_relaxed) == self)
+            return &c;
+    return nullptr;
+}
+
 // Not inlined into copy_guarded(), whose sigsetjmp would otherwise make
 // the compiler doubt its loop variables.
 [[gnu::noinline]] ActiveCopy* claim_slot(pthread_t self) {
@@ -49,22 +57,14 @@ ActiveCopy g_copies[kMaxCopiers];
     // a fault on its source went to the process's handler, which jumped out
     // of it (pass_on). Taking it again keeps such copies from using up the
     // table.
-    for (ActiveCopy& c : g_copies)
-        if (c.owner.load(std::memory_order_relaxed) == self)
-            return &c;
+    if (ActiveCopy* leftover = slot_of(self))
+        return leftover;
     for (ActiveCopy& c : g_copies) {
         pthread_t expected = 0;
         if (c.owner.load(std::memory_order_relaxed) == 0 &&
             c.owner.compare_exchange_strong(expected, self, std::memory_order_acquire))
             return &c;
     }
-    return nullptr;
-}
-
-ActiveCopy* slot_of(pthread_t self) {
-    for (ActiveCopy& c : g_copies)
-        if (c.owner.load(std::memory_order_relaxed) == self)
-            return &c;
     return nullptr;
 }
 
