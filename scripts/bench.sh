@@ -23,8 +23,9 @@
 #             against the fastest's), two
 #             ib_write_bw -R -s 64 pairs at once (row "ib_write_bw-2p", the
 #             same reference, and "ib_write_bw-2p-min": the slower pair's
-#             rate against the faster's), rdma_cm
-#             connection setup rate (usiw_connrate)
+#             rate against the faster's), qperf -cm1 rc_lat at 8 B
+#             (row "qperf-rc_lat": both ends sleep on the completion
+#             channel), rdma_cm connection setup rate (usiw_connrate)
 # on loopback and between two network namespaces joined by a veth pair
 # (root only). CPU seconds per GiB: user + system time of both ends (server
 # and client, with all their threads and children, from GNU time) over the
@@ -52,7 +53,8 @@
 # ib_{write,send,read}_bw -R -s 64, ib_write_bw -R -q 8 and two pairs at once (a quick
 # check of the small-message path, before and after a change to it).
 # With --latency, only the 8-byte latencies: sockperf ping-pong, and
-# ib_write_lat, ib_send_lat and ib_send_lat -e with their 99.9th percentiles.
+# ib_write_lat, ib_send_lat and ib_send_lat -e with their 99.9th percentiles,
+# and qperf's rc_lat.
 #
 # Usage: scripts/bench.sh [--quick] [--msgrate|--latency] [--runs N] [loopback|netns|all]
 #        scripts/bench.sh --guest [--quick] [--msgrate|--latency] [--runs N]  (N rounds in one boot)
@@ -161,6 +163,7 @@ fi
 usiw=$top/build/bin/usiw
 
 connrate=$top/build/bin/usiw_connrate
+listen_first=$top/build/tests/integration/libqperf_listen_first.so
 out=$top/build/bench
 mkdir -p "$out"
 csv=$out/results.csv
@@ -278,6 +281,43 @@ connrate_run() {  # LOG SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR [--tcp]
         return 0
     fi
     sed -n 's/.* \([0-9.]*\) connections\/s.*/\1/p' "$log.client"
+}
+
+# qperf's rc_lat (row "qperf-rc_lat"): 8-byte SENDs in ping-pong over one RC
+# QP that qperf connects with rdma_cm (-cm1), each end sleeping on its
+# completion channel between messages; prints qperf's latency in µs (half
+# the round trip, as sockperf's), or nothing (and why, on stderr). qperf's
+# server never exits: it is stopped once the client is done. It preloads
+# libqperf_listen_first.so (tests/integration/qperf_listen_first.cc):
+# qperf 0.4.11 tells its client the rdma_cm port before it listens there.
+qperf_lat_run() {  # LOG SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
+    local log=$1${RUN:+.run$RUN} sconf=$2 snet=$3 cconf=$4 cnet=$5 addr=$6 port=18630 spid
+    if ! poll_until 10 not listening "$snet" "$port"; then
+        echo "bench.sh: qperf rc_lat: port $port still has a listener after 10 s" >&2
+        return 0
+    fi
+    # shellcheck disable=SC2016 # $0 and $@ are the inner shell's
+    with_links "$sconf" in_ns "$snet" timeout 120 "$usiw" run \
+        sh -c 'LD_PRELOAD="$0:$LD_PRELOAD" exec "$@"' "$listen_first" qperf -lp "$port" \
+        >"$log.server" 2>&1 &
+    spid=$!
+    if poll_until 10 listening "$snet" "$port"; then
+        with_links "$cconf" in_ns "$cnet" timeout 120 "$usiw" run qperf -lp "$port" -cm1 -m 8 \
+            -t "$seconds" "$addr" rc_lat >"$log.client" 2>&1 || true
+    else
+        echo "bench.sh: qperf rc_lat: no server after 10 s" >"$log.client"
+    fi
+    kill_tree "$spid"
+    wait "$spid" 2>/dev/null || true
+    awk '$1 == "latency" && $2 == "=" {
+            v = $3
+            if ($4 == "ms") v *= 1000; else if ($4 == "ns") v /= 1000; else if ($4 != "us") next
+            printf "%.3f\n", v; found = 1
+        }
+        END { exit !found }' "$log.client" || {
+        echo "bench.sh: qperf rc_lat gave no latency; the client and the server said:" >&2
+        tail -n 8 "$log.client" "$log.server" >&2
+    }
 }
 
 # How perftest connects its QPs: rdma_cm (-R), or, for the "*" rows,
@@ -547,6 +587,8 @@ measure_latency() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
     row "$path" sockperf 14 p99.9_usec "$p999" "$p999"
     cm_args=(-R)
     latency_rows "$@" "$lat8" "" "$p999" 8 ib_write_lat ib_send_lat ib_send_lat-e
+    row "$path" qperf-rc_lat 8 usec "$(median_of 1 qperf_lat_run "$logs/$path-qperf-rc_lat" \
+        "$sconf" "$snet" "$cconf" "$cnet" "$addr")" "$lat8"
 }
 
 measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
@@ -634,6 +676,8 @@ measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
     two_pair_rows "$path" "$sconf" "$snet" "$cconf" "$cnet" "$addr" "${write64:-}"
     latency_rows "$@" "$lat8" "$lat4k" "$p999" "8 4096" ib_write_lat ib_send_lat ib_read_lat \
         ib_send_lat-e
+    row "$path" qperf-rc_lat 8 usec "$(median_of 1 qperf_lat_run "$logs/$path-qperf-rc_lat" \
+        "$sconf" "$snet" "$cconf" "$cnet" "$addr")" "$lat8"
     local tcp_conns
     tcp_conns=$(median_of 1 connrate_run "$logs/$path-connrate-tcp" "$sconf" "$snet" "$cconf" \
         "$cnet" "$addr" --tcp)
@@ -650,7 +694,7 @@ echo "(raw-TCP at 64 KiB and 1 MiB: iperf3 writing that size, alternating with u
     "ib_write_bw 64 B rate; ib_write_bw-q8-min: the slowest of the 8 QPs (MB/s its TCP" \
     "stream received), its raw-TCP column the fastest; ib_write_bw-2p: two perftest pairs at once, their aggregate" \
     "against the same; ib_write_bw-2p-min: the slower pair's rate, its raw-TCP column the" \
-    "faster's; ib_send_lat-e: sleeping on the completion channel; p99.9_usec:" \
+    "faster's; ib_send_lat-e and qperf-rc_lat: sleeping on the completion channel; p99.9_usec:" \
     "the 99.9th percentile)"
 links_dir "$work/lo"
 if [ "$where" != netns ]; then

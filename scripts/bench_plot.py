@@ -8,10 +8,10 @@ Top row, one panel per path measured (loopback, veth): throughput in Gbit/s
 of ib_write_bw, ib_send_bw and ib_read_bw -R over usiw against message size,
 with iperf3 (raw TCP) as a dashed line. Bottom row, usiw / raw TCP ratios
 for every path, on a log scale: latency (ib_*_lat against sockperf, the
-averages, ib_send_lat -e's and the 99.9th percentiles; below 1 is better),
-CPU seconds per GiB (against iperf3; below 1 is better) and rates (64-byte
-messages per second against sockperf tp, eight QPs' against one QP's,
-rdma_cm connections per second against TCP connect/accept; above 1 is
+averages, ib_send_lat -e's and qperf rc_lat's, and the 99.9th percentiles;
+below 1 is better), CPU seconds per GiB (against iperf3; below 1 is
+better) and rates (64-byte messages per second against sockperf tp, eight
+QPs' against one QP's, rdma_cm connections per second against TCP connect/accept; above 1 is
 better). A value the CSV lacks is left out; a panel with no values says so.
 """
 
@@ -183,6 +183,7 @@ def main():
     latency = [(f"{t[3:-4]} {SIZE_NAMES[s]}", (t, str(s), "usec"))
                for s in (8, 4096) for t in ("ib_send_lat", "ib_write_lat", "ib_read_lat")]
     latency.append(("send -e 8 B", ("ib_send_lat-e", "8", "usec")))
+    latency.append(("qperf rc_lat 8 B", ("qperf-rc_lat", "8", "usec")))
     latency += [(f"{t[3:-4]} 8 B p99.9", (t, "8", "p99.9_usec"))
                 for t in ("ib_send_lat", "ib_write_lat")]
     cpu = [(f"{t[3:-3]} {SIZE_NAMES[s]}", (t, str(s), "cpu_s/GiB"))
