@@ -320,6 +320,12 @@ qperf_lat_run() {  # LOG SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
     }
 }
 
+# qperf_lat_row PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR LAT8:
+# the row of the median qperf_lat_run, against sockperf's LAT8.
+qperf_lat_row() {
+    row "$1" qperf-rc_lat 8 usec "$(median_of 1 qperf_lat_run "$logs/$1-qperf-rc_lat" "${@:2:5}")" "$7"
+}
+
 # How perftest connects its QPs: rdma_cm (-R), or, for the "*" rows,
 # ibv_modify_qp with GID index 0 (the netdev's IPv4 address).
 cm_args=(-R)
@@ -587,8 +593,7 @@ measure_latency() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
     row "$path" sockperf 14 p99.9_usec "$p999" "$p999"
     cm_args=(-R)
     latency_rows "$@" "$lat8" "" "$p999" 8 ib_write_lat ib_send_lat ib_send_lat-e
-    row "$path" qperf-rc_lat 8 usec "$(median_of 1 qperf_lat_run "$logs/$path-qperf-rc_lat" \
-        "$sconf" "$snet" "$cconf" "$cnet" "$addr")" "$lat8"
+    qperf_lat_row "$@" "$lat8"
 }
 
 measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
@@ -676,8 +681,7 @@ measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
     two_pair_rows "$path" "$sconf" "$snet" "$cconf" "$cnet" "$addr" "${write64:-}"
     latency_rows "$@" "$lat8" "$lat4k" "$p999" "8 4096" ib_write_lat ib_send_lat ib_read_lat \
         ib_send_lat-e
-    row "$path" qperf-rc_lat 8 usec "$(median_of 1 qperf_lat_run "$logs/$path-qperf-rc_lat" \
-        "$sconf" "$snet" "$cconf" "$cnet" "$addr")" "$lat8"
+    qperf_lat_row "$@" "$lat8"
     local tcp_conns
     tcp_conns=$(median_of 1 connrate_run "$logs/$path-connrate-tcp" "$sconf" "$snet" "$cconf" \
         "$cnet" "$addr" --tcp)

@@ -11,8 +11,8 @@ for every path, on a log scale: latency (ib_*_lat against sockperf, the
 averages, ib_send_lat -e's and qperf rc_lat's, and the 99.9th percentiles;
 below 1 is better), CPU seconds per GiB (against iperf3; below 1 is
 better) and rates (64-byte messages per second against sockperf tp, eight
-QPs' against one QP's, rdma_cm connections per second against TCP connect/accept; above 1 is
-better). A value the CSV lacks is left out; a panel with no values says so.
+QPs' against one QP's, rdma_cm connections per second against TCP
+connect/accept; above 1 is better). A value the CSV lacks is left out; a panel with no values says so.
 """
 
 import csv
