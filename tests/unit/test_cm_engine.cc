@@ -6,10 +6,15 @@
 // round (RoundEndScope, datapath/round_end.h) that thread does at the end
 // of the round; anything else the engine's thread does.
 
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "cm/cm_engine.h"
 #include "datapath/round_end.h"
@@ -211,6 +216,158 @@ void test_deadlines_armed_from_another_thread_come(void**) {
     assert_false(early.fired.load());
 }
 
+// A client whose socket is lent: counts the calls of on_io, by thread.
+struct SocketClient final : EngineClient {
+    std::atomic<int> here{0};   // on the test's thread
+    std::atomic<int> other{0};  // on any other (the engine's)
+    std::thread::id test_thread = std::this_thread::get_id();
+    int fd;
+    explicit SocketClient(int socket) : fd(socket) {}
+    void on_io(uint32_t) override {
+        char byte;
+        while (recv(fd, &byte, 1, MSG_DONTWAIT) == 1) {
+        }
+        (std::this_thread::get_id() == test_thread ? here : other).fetch_add(1);
+    }
+    void on_timer() override {}
+};
+
+// A socket pair, a waiter's epoll set, a client on the pair's first end.
+struct Loan {
+    int ends[2] = {-1, -1};
+    int waiter_set = epoll_create1(EPOLL_CLOEXEC);
+    SocketClient* client = nullptr;
+    uint64_t token = 0;
+    Loan() {
+        assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, ends), 0);
+        assert_true(waiter_set >= 0);
+        client = new SocketClient(ends[0]);
+    }
+    ~Loan() {
+        {
+            std::lock_guard lock(cm_mutex());
+            Engine::get().unwatch(&token, ends[0]);
+        }
+        // After the unwatch: the engine's thread may be inside on_io until
+        // then, and takes no other event for it since.
+        delete client;
+        close(ends[0]);
+        close(ends[1]);
+        close(waiter_set);
+    }
+    void peer_sends() const { assert_int_equal(send(ends[1], "x", 1, 0), 1); }
+    // The tokens ready in the waiter's set, waiting up to `ms`.
+    std::vector<uint64_t> ready(int ms) const {
+        epoll_event events[4];
+        const int n = epoll_wait(waiter_set, events, 4, ms);
+        std::vector<uint64_t> tokens;
+        for (int i = 0; i < n; ++i)
+            tokens.push_back(events[i].data.u64);
+        return tokens;
+    }
+};
+
+bool count_reaches(const std::atomic<int>& count, int at_least) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (count.load() < at_least) {
+        if (std::chrono::steady_clock::now() > deadline)
+            return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return true;
+}
+
+// A lent socket is the waiter's alone: its readiness shows in the waiter's
+// set, the waiter runs the client (run_lent), and the engine's thread,
+// which does not watch it, never does; using it keeps the loan going.
+void test_lent_socket_is_served_by_its_waiter(void**) {
+    Engine& engine = Engine::get();
+    Loan loan;
+    {
+        std::lock_guard lock(cm_mutex());
+        loan.token = engine.watch_lent(loan.ends[0], EPOLLIN, loan.client, loan.waiter_set, 60000);
+    }
+    assert_true(loan.token != 0);
+    for (int round = 1; round <= 3; ++round) {
+        loan.peer_sends();
+        const auto ready = loan.ready(30000);
+        assert_int_equal(ready.size(), 1);
+        assert_true(ready[0] == loan.token);
+        std::lock_guard lock(cm_mutex());
+        InboxDrainScope inbox;
+        engine.run_lent(ready[0], loan.waiter_set, EPOLLIN);
+        assert_true(engine.lent(loan.token));
+    }
+    assert_int_equal(loan.client->here.load(), 3);
+    assert_int_equal(loan.client->other.load(), 0);
+    // A watch the engine had is lent the same way, and rewatch ends it.
+    {
+        std::lock_guard lock(cm_mutex());
+        assert_int_equal(engine.rewatch(loan.token, loan.ends[0], EPOLLIN), 0);
+        assert_false(engine.lent(loan.token));
+        assert_int_equal(engine.lend(loan.token, loan.ends[0], EPOLLIN, loan.waiter_set, 60000), 0);
+        assert_true(engine.lent(loan.token));
+    }
+    loan.peer_sends();
+    assert_int_equal(loan.ready(30000).size(), 1);
+    assert_int_equal(loan.client->other.load(), 0);
+}
+
+// A loan its waiter leaves alone ends: the engine takes the socket back
+// and serves it; the waiter's set no longer shows it, and a run_lent of
+// an event the waiter fetched before that runs nothing.
+void test_unserved_loan_goes_back_to_the_engine(void**) {
+    Engine& engine = Engine::get();
+    Loan loan;
+    {
+        std::lock_guard lock(cm_mutex());
+        loan.token = engine.watch_lent(loan.ends[0], EPOLLIN, loan.client, loan.waiter_set, 20);
+    }
+    assert_true(loan.token != 0);
+    loan.peer_sends();
+    const auto fetched = loan.ready(30000);
+    assert_int_equal(fetched.size(), 1);
+    assert_true(count_reaches(loan.client->other, 1));
+    {
+        std::lock_guard lock(cm_mutex());
+        assert_false(engine.lent(loan.token));
+        engine.run_lent(fetched[0], loan.waiter_set, EPOLLIN);
+    }
+    assert_int_equal(loan.client->here.load(), 0);
+    loan.peer_sends();
+    assert_true(loan.ready(0).empty());
+    assert_true(count_reaches(loan.client->other, 2));
+}
+
+// The channel goes (reclaim_lent): its sockets go back to the engine at
+// once. A lent watch dropped (unwatch) leaves both sets.
+void test_reclaimed_and_unwatched_loans(void**) {
+    Engine& engine = Engine::get();
+    Loan kept, dropped;
+    {
+        std::lock_guard lock(cm_mutex());
+        kept.token = engine.watch_lent(kept.ends[0], EPOLLIN, kept.client, kept.waiter_set, 60000);
+        dropped.token =
+            engine.watch_lent(dropped.ends[0], EPOLLIN, dropped.client, dropped.waiter_set, 60000);
+        engine.reclaim_lent(kept.waiter_set);
+        assert_false(engine.lent(kept.token));
+        engine.unwatch(&dropped.token, dropped.ends[0]);
+        assert_true(dropped.token == 0);
+    }
+    dropped.peer_sends();
+    kept.peer_sends();
+    assert_true(kept.ready(0).empty());
+    assert_true(dropped.ready(0).empty());
+    assert_true(count_reaches(kept.client->other, 1));
+    // Had the engine the dropped one, the wait that gave it the kept one's
+    // event (level-triggered, after both sends) would have given it that
+    // one's too, handled in the same batch, which ends before the engine's
+    // thread lets go of the CM lock.
+    std::lock_guard batch_done(cm_mutex());
+    assert_int_equal(dropped.client->other.load(), 0);
+    assert_int_equal(dropped.client->here.load(), 0);
+}
+
 }  // namespace
 
 int main(void) {
@@ -220,6 +377,9 @@ int main(void) {
         cmocka_unit_test(test_scope_runs_its_posts_and_frees_its_retired),
         cmocka_unit_test(test_engine_does_what_is_handed_outside_a_scope),
         cmocka_unit_test(test_deadlines_armed_from_another_thread_come),
+        cmocka_unit_test(test_lent_socket_is_served_by_its_waiter),
+        cmocka_unit_test(test_unserved_loan_goes_back_to_the_engine),
+        cmocka_unit_test(test_reclaimed_and_unwatched_loans),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

@@ -10,6 +10,8 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -22,6 +24,7 @@
 #include <mutex>
 #include <thread>
 
+#include "cm/cm_engine.h"
 #include "cm/event_channel.h"
 
 // cmocka last: it defines macros that clash with the standard library.
@@ -66,10 +69,10 @@ bool fd_readable(int fd) {
     return poll(&p, 1, 0) == 1 && (p.revents & POLLIN);
 }
 
-// Whether thread `tid` of this process is blocked in read(2) on `fd`: the
-// kernel's /proc view of the system call it is in (number, then arguments
-// in hex).
-bool blocked_in_read(pid_t tid, int fd) {
+// Whether thread `tid` of this process is blocked waiting on the channel's
+// epoll set `fd`: the kernel's /proc view of the system call it is in
+// (number, then arguments in hex).
+bool blocked_in_wait(pid_t tid, int fd) {
     char path[64];
     std::snprintf(path, sizeof path, "/proc/self/task/%d/syscall", static_cast<int>(tid));
     FILE* f = std::fopen(path, "r");
@@ -79,10 +82,11 @@ bool blocked_in_read(pid_t tid, int fd) {
     unsigned long first_arg = 0;
     const bool parsed = std::fscanf(f, "%ld %lx", &number, &first_arg) == 2;
     std::fclose(f);
-    return parsed && number == SYS_read && first_arg == static_cast<unsigned long>(fd);
+    const bool waiting = number == SYS_epoll_wait || number == SYS_epoll_pwait;
+    return parsed && waiting && first_arg == static_cast<unsigned long>(fd);
 }
 
-// A new channel with a thread in channel_get on it, blocked in read(): not
+// A new channel with a thread in channel_get on it, blocked in its wait: not
 // after a guessed time, which a loaded machine (or a reader at SCHED_IDLE)
 // can outlast, but once the kernel shows it waiting there.
 EventChannel* start_reader(ReaderThread* r) {
@@ -91,20 +95,20 @@ EventChannel* start_reader(ReaderThread* r) {
     r->channel = c;
     assert_int_equal(pthread_create(&r->thread, nullptr, read_one_event, r), 0);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (!(r->tid.load() != 0 && blocked_in_read(r->tid.load(), c->channel.fd)) &&
+    while (!(r->tid.load() != 0 && blocked_in_wait(r->tid.load(), c->channel.fd)) &&
            std::chrono::steady_clock::now() < deadline) {
         if (r->returned.load() || r->idle_error != 0)
             break;
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     if (r->idle_error == 0 && !r->returned.load() &&
-        !(r->tid.load() != 0 && blocked_in_read(r->tid.load(), c->channel.fd)))
-        fail_msg("the reader did not block in read() within 60 s");
+        !(r->tid.load() != 0 && blocked_in_wait(r->tid.load(), c->channel.fd)))
+        fail_msg("the reader did not block in epoll_wait() within 60 s");
     return c;
 }
 
 // The reader must still wait after its channel was destroyed. Then it is
-// ended: read() is a cancellation point, and the reader, the channel's
+// ended: epoll_wait() is a cancellation point, and the reader, the channel's
 // last, frees it as the cancellation unwinds (LeakSanitizer would report
 // it otherwise).
 void expect_waiting_then_cancel(ReaderThread* r) {
@@ -128,7 +132,7 @@ void expect_waiting_then_cancel(ReaderThread* r) {
 void test_destroy_after_reader_woke_for_withdrawn_event(void**) {
     // This thread and the reader on one CPU (a new thread inherits the
     // CPUs of the one that made it), the reader at SCHED_IDLE: it runs only
-    // while this thread sleeps, so it cannot get back to read() between
+    // while this thread sleeps, so it cannot get back to its wait between
     // the unlock below and the destroy.
     cpu_set_t before;
     assert_int_equal(sched_getaffinity(0, sizeof before, &before), 0);
@@ -148,7 +152,7 @@ void test_destroy_after_reader_woke_for_withdrawn_event(void**) {
         std::unique_lock queue_lock(c->queue_mutex);
         c->queue.push_back(event);
         const uint64_t count = 1;
-        assert_int_equal(write(c->channel.fd, &count, sizeof count), sizeof count);
+        assert_int_equal(write(c->event_count, &count, sizeof count), sizeof count);
         const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
         while (fd_readable(c->channel.fd) && std::chrono::steady_clock::now() < deadline)
             std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -184,6 +188,100 @@ void test_destroy_without_readers(void**) {
     channel_destroy(c);
 }
 
+// A connection's socket lent to the channel's waiters: on_io reads a
+// byte, and for 'e' queues an event, as a connection's step queues
+// CONNECT_REQUEST or ESTABLISHED.
+struct StepClient final : usiw::cm::EngineClient {
+    EventChannel* channel;
+    int fd;
+    EventCounts counts;
+    int runs = 0;  // with the CM lock
+    std::thread::id ran_on{};
+    StepClient(EventChannel* c, int socket) : channel(c), fd(socket) {}
+    void on_io(uint32_t) override {
+        ++runs;
+        ran_on = std::this_thread::get_id();
+        char byte;
+        while (recv(fd, &byte, 1, MSG_DONTWAIT) == 1) {
+            if (byte != 'e')
+                continue;
+            auto* e = new CmEvent;
+            e->counts = &counts;
+            channel_push(channel, e);
+        }
+    }
+    void on_timer() override {}
+};
+
+// rdma_get_cm_event with nothing queued does the work of the sockets lent
+// to its channel in its own thread, and returns the event that work
+// queued; a poll of the channel's fd sees such a socket's data. A
+// non-blocking channel whose socket's work queues nothing answers EAGAIN.
+// Once the channel stops lending (it is being destroyed), the engine has
+// the socket back.
+void test_get_does_the_work_of_lent_sockets(void**) {
+    using usiw::cm::cm_mutex;
+    using usiw::cm::Engine;
+    EventChannel* c = channel_create();
+    assert_non_null(c);
+    int ends[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, ends), 0);
+    StepClient client(c, ends[0]);
+    uint64_t token;
+    {
+        std::lock_guard lock(cm_mutex());
+        const int waiter_set = channel_waiter_set(c);
+        assert_int_equal(waiter_set, c->channel.fd);
+        token = Engine::get().watch_lent(ends[0], EPOLLIN, &client, waiter_set, 60000);
+    }
+    assert_true(token != 0);
+
+    assert_false(fd_readable(c->channel.fd));
+    assert_int_equal(send(ends[1], "e", 1, 0), 1);
+    assert_true(fd_readable(c->channel.fd));
+    CmEvent* event = nullptr;
+    assert_int_equal(channel_get(c, &event), 0);  // blocking
+    assert_non_null(event);
+    event_ack(event);
+    {
+        std::lock_guard lock(cm_mutex());
+        assert_int_equal(client.runs, 1);
+        assert_true(client.ran_on == std::this_thread::get_id());
+    }
+
+    assert_int_equal(fcntl(c->channel.fd, F_SETFL, O_NONBLOCK), 0);
+    assert_int_equal(send(ends[1], "n", 1, 0), 1);
+    event = nullptr;
+    assert_int_equal(channel_get(c, &event), EAGAIN);
+    assert_int_equal(send(ends[1], "e", 1, 0), 1);
+    assert_int_equal(channel_get(c, &event), 0);
+    assert_non_null(event);
+    event_ack(event);
+    {
+        std::lock_guard lock(cm_mutex());
+        assert_int_equal(client.runs, 3);
+        assert_true(client.ran_on == std::this_thread::get_id());
+        channel_stop_lending(c);
+        assert_int_equal(channel_waiter_set(c), -1);
+        assert_false(Engine::get().lent(token));
+    }
+    assert_int_equal(send(ends[1], "e", 1, 0), 1);  // the engine's now
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!fd_readable(c->channel.fd) && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    assert_int_equal(channel_get(c, &event), 0);
+    event_ack(event);
+    {
+        std::lock_guard lock(cm_mutex());
+        assert_int_equal(client.runs, 4);
+        assert_true(client.ran_on != std::this_thread::get_id());
+        Engine::get().unwatch(&token, ends[0]);
+    }
+    close(ends[0]);
+    close(ends[1]);
+    channel_destroy(c);
+}
+
 }  // namespace
 
 int main(void) {
@@ -191,6 +289,7 @@ int main(void) {
         cmocka_unit_test(test_destroy_after_reader_woke_for_withdrawn_event),
         cmocka_unit_test(test_destroy_while_reader_waits),
         cmocka_unit_test(test_destroy_without_readers),
+        cmocka_unit_test(test_get_does_the_work_of_lent_sockets),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

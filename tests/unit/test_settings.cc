@@ -63,6 +63,7 @@ void test_registry_lists_every_setting(void**) {
         "USIW_CQ_EVENT_POLL_US",
         "USIW_PLACEMENT_COPY",
         "USIW_PEER_TIMEOUT_MS",
+        "USIW_CM_CHANNEL_WAIT_MS",
         "USIW_DEBUG",
         "VERBS_LOG_LEVEL",
         "VERBS_LOG_FILE",
@@ -227,6 +228,22 @@ void test_peer_timeout(void**) {
     unsetenv("USIW_PEER_TIMEOUT_MS");
 }
 
+// USIW_CM_CHANNEL_WAIT_MS: the same kind of value, 10 ms by default.
+void test_cm_channel_wait(void**) {
+    unsetenv("USIW_CM_CHANNEL_WAIT_MS");
+    assert_int_equal(settings::cm_channel_wait_ms(), 10);
+    assert_int_equal(settings::cm_channel_wait_ms(), settings::kCmChannelWaitDefaultMs);
+    setenv("USIW_CM_CHANNEL_WAIT_MS", "0", 1);
+    assert_int_equal(settings::cm_channel_wait_ms(), 0);
+    setenv("USIW_CM_CHANNEL_WAIT_MS", "250", 1);
+    assert_int_equal(settings::cm_channel_wait_ms(), 250);
+    for (const char* bad : {"-5", "4s", "x", "1000000000"}) {
+        setenv("USIW_CM_CHANNEL_WAIT_MS", bad, 1);
+        assert_int_equal(settings::cm_channel_wait_ms(), settings::kCmChannelWaitDefaultMs);
+    }
+    unsetenv("USIW_CM_CHANNEL_WAIT_MS");
+}
+
 void test_log_level(void**) {
     using settings::LogLevel;
     unsetenv("USIW_DEBUG");
@@ -325,6 +342,7 @@ int main(void) {
         cmocka_unit_test(test_tx_batch),
         cmocka_unit_test(test_cq_event_poll),
         cmocka_unit_test(test_peer_timeout),
+        cmocka_unit_test(test_cm_channel_wait),
         cmocka_unit_test(test_log_level),
         cmocka_unit_test(test_wrong_value_reported),
         cmocka_unit_test(test_paths),

@@ -27,6 +27,17 @@
 // else by the engine, woken for it, or by an rdma_* call that must see it
 // first (drain_inbox()).
 //
+// Loans. A thread woken is a connection's cost on a busy machine: an
+// engine thread woken for a peer's frame, which then wakes the
+// application for the event that frame gives, is two wake-ups where one
+// would do. So while a connection waits on its peer, its socket's watch
+// is lent to the epoll set of the event channel the next event goes to
+// (lend(), event_channel.h): the application's thread waiting there is
+// woken by the frame itself and does the step (run_lent()). A loan its
+// waiter leaves alone for its length (USIW_CM_CHANNEL_WAIT_MS) ends, and
+// the engine serves the socket again, so a program that does not wait on
+// its channel still has its connections move on.
+//
 // Lifetime. epoll data carries a token, not a pointer: a client that goes
 // away drops its token, and an event already fetched for it finds nothing.
 // Clients are freed by retire() after the batch, so a handler may retire
@@ -106,6 +117,17 @@ struct Engine::Impl {
     // than the one it cancelled.
     Clock::time_point timer_fd_expiry{};
     std::vector<EngineClient*> retired;
+    // Watches lent to a waiting thread's epoll set (Engine::lend), by
+    // token, and when each loan ends.
+    struct Loan {
+        int fd;
+        int waiter_set;
+        uint32_t events;
+        int loan_ms;
+        std::multimap<Clock::time_point, uint64_t>::iterator end;
+    };
+    std::unordered_map<uint64_t, Loan> loans;
+    std::multimap<Clock::time_point, uint64_t> loan_ends;
 
     std::mutex inbox_mutex;  // protects inbox_head / inbox_tail; a leaf lock
     InboxItem* inbox_head = nullptr;
@@ -199,6 +221,10 @@ uint64_t Engine::watch(int fd, uint32_t events, EngineClient* client) {
 }
 
 int Engine::rewatch(uint64_t token, int fd, uint32_t events) {
+    if (impl_->loans.count(token)) {
+        end_loan(token, events);
+        return 0;
+    }
     epoll_event ev{};
     ev.events = events;
     ev.data.u64 = token;
@@ -208,9 +234,160 @@ int Engine::rewatch(uint64_t token, int fd, uint32_t events) {
 void Engine::unwatch(uint64_t* token, int fd) {
     if (*token == 0)
         return;
-    epoll_ctl(impl_->epoll_fd.get(), EPOLL_CTL_DEL, fd, nullptr);
+    auto loan = impl_->loans.find(*token);
+    if (loan != impl_->loans.end()) {
+        epoll_ctl(loan->second.waiter_set, EPOLL_CTL_DEL, fd, nullptr);
+        impl_->loan_ends.erase(loan->second.end);
+        impl_->loans.erase(loan);
+    } else {
+        epoll_ctl(impl_->epoll_fd.get(), EPOLL_CTL_DEL, fd, nullptr);
+    }
     impl_->watched.erase(*token);
     *token = 0;
+}
+
+int Engine::lend(uint64_t token, int fd, uint32_t events, int waiter_set, int loan_ms) {
+    if (!impl_->watched.count(token))
+        return EINVAL;
+    const auto nearest = nearest_deadline();
+    const auto end = Clock::now() + std::chrono::milliseconds(loan_ms);
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.u64 = token;
+    auto loan = impl_->loans.find(token);
+    if (loan != impl_->loans.end() && loan->second.waiter_set != waiter_set) {
+        end_loan(token, events);  // lent elsewhere: back first
+        loan = impl_->loans.end();
+    }
+    if (loan != impl_->loans.end()) {
+        // Lent there already: the loan goes on.
+        if (loan->second.events != events) {
+            if (epoll_ctl(waiter_set, EPOLL_CTL_MOD, fd, &ev) != 0)
+                return errno;
+            loan->second.events = events;
+        }
+        impl_->loan_ends.erase(loan->second.end);
+        loan->second.loan_ms = loan_ms;
+        loan->second.end = impl_->loan_ends.emplace(end, token);
+        return 0;
+    }
+    // Into the waiter's set before out of the engine's: never unwatched
+    // in between. An event the engine fetched meanwhile is skipped (run()).
+    if (epoll_ctl(waiter_set, EPOLL_CTL_ADD, fd, &ev) != 0)
+        return errno;
+    if (epoll_ctl(impl_->epoll_fd.get(), EPOLL_CTL_DEL, fd, nullptr) != 0) {
+        const int err = errno;
+        epoll_ctl(waiter_set, EPOLL_CTL_DEL, fd, nullptr);
+        return err;
+    }
+    impl_->loans[token] = {fd, waiter_set, events, loan_ms, impl_->loan_ends.emplace(end, token)};
+    expire_by(end, nearest);
+    return 0;
+}
+
+uint64_t Engine::watch_lent(int fd, uint32_t events, EngineClient* client, int waiter_set,
+                            int loan_ms) {
+    if (int err = start_locked()) {
+        errno = err;
+        return 0;
+    }
+    const uint64_t token = impl_->next_token++;
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.u64 = token;
+    if (epoll_ctl(waiter_set, EPOLL_CTL_ADD, fd, &ev) != 0)
+        return 0;
+    impl_->watched[token] = client;
+    const auto nearest = nearest_deadline();
+    const auto end = Clock::now() + std::chrono::milliseconds(loan_ms);
+    impl_->loans[token] = {fd, waiter_set, events, loan_ms, impl_->loan_ends.emplace(end, token)};
+    expire_by(end, nearest);
+    return token;
+}
+
+void Engine::end_loan(uint64_t token, uint32_t events) {
+    auto loan = impl_->loans.find(token);
+    if (loan == impl_->loans.end())
+        return;
+    const int fd = loan->second.fd;
+    epoll_ctl(loan->second.waiter_set, EPOLL_CTL_DEL, fd, nullptr);
+    impl_->loan_ends.erase(loan->second.end);
+    impl_->loans.erase(loan);
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.u64 = token;
+    if (epoll_ctl(impl_->epoll_fd.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
+        // The client's timer (a connection's MPA deadline) still ends it.
+        log_error("rdma_cm: cannot watch a socket taken back from a waiting thread: %s",
+                  strerror(errno));
+    }
+}
+
+void Engine::run_lent(uint64_t token, int waiter_set, uint32_t events) {
+    auto loan = impl_->loans.find(token);
+    if (loan == impl_->loans.end() || loan->second.waiter_set != waiter_set)
+        return;
+    auto client = impl_->watched.find(token);
+    if (client == impl_->watched.end())
+        return;
+    // In use: the loan goes on. No wake-up: a later end is never nearer.
+    impl_->loan_ends.erase(loan->second.end);
+    loan->second.end = impl_->loan_ends.emplace(
+        Clock::now() + std::chrono::milliseconds(loan->second.loan_ms), token);
+    shielded([&] { client->second->on_io(events); });
+}
+
+void Engine::reclaim_lent(int waiter_set) {
+    std::vector<std::pair<uint64_t, uint32_t>> back;
+    for (const auto& [token, loan] : impl_->loans)
+        if (loan.waiter_set == waiter_set)
+            back.emplace_back(token, loan.events);
+    for (const auto& [token, events] : back)
+        end_loan(token, events);
+}
+
+bool Engine::lent(uint64_t token) const {
+    return impl_->loans.count(token) != 0;
+}
+
+void Engine::end_due_loans() {
+    const auto now = Clock::now();
+    while (!impl_->loan_ends.empty() && impl_->loan_ends.begin()->first <= now) {
+        const uint64_t token = impl_->loan_ends.begin()->second;
+        end_loan(token, impl_->loans.at(token).events);
+    }
+}
+
+Clock::time_point Engine::nearest_deadline() const {
+    auto nearest = Clock::time_point::max();
+    if (!impl_->timers.empty())
+        nearest = impl_->timers.begin()->first;
+    if (!impl_->loan_ends.empty())
+        nearest = std::min(nearest, impl_->loan_ends.begin()->first);
+    return nearest;
+}
+
+void Engine::expire_by(Clock::time_point when, Clock::time_point nearest) {
+    // A nearer deadline is covered already: by the engine's own timeout,
+    // or by the timerfd set when it was armed. So is this one on the
+    // engine's thread, which reads the nearest deadline before it waits.
+    if (when >= nearest || t_on_engine_thread)
+        return;
+    const auto now = Clock::now();
+    if (impl_->timer_fd_expiry <= when && impl_->timer_fd_expiry > now)
+        return;  // the timerfd expires before then anyway
+    // steady_clock is CLOCK_MONOTONIC, the timerfd's clock.
+    const auto ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(when.time_since_epoch()).count();
+    itimerspec at{};
+    at.it_value.tv_sec = static_cast<time_t>(ns / 1000000000);
+    at.it_value.tv_nsec = static_cast<long>(ns % 1000000000);
+    if (at.it_value.tv_sec == 0 && at.it_value.tv_nsec == 0)
+        at.it_value.tv_nsec = 1;  // zero would disarm it
+    if (timerfd_settime(impl_->timer_fd.get(), TFD_TIMER_ABSTIME, &at, nullptr) == 0)
+        impl_->timer_fd_expiry = when;
+    else
+        impl_->wake();
 }
 
 void Engine::arm_timer(EngineClient* client, int milliseconds) {
@@ -219,26 +396,10 @@ void Engine::arm_timer(EngineClient* client, int milliseconds) {
         log_error("rdma_cm: no CM engine: timer lost");
         return;
     }
-    const auto now = Clock::now();
-    const auto when = now + std::chrono::milliseconds(milliseconds);
-    const bool earliest = impl_->timers.empty() || when < impl_->timers.begin()->first;
+    const auto nearest = nearest_deadline();
+    const auto when = Clock::now() + std::chrono::milliseconds(milliseconds);
     impl_->timer_of[client] = impl_->timers.emplace(when, client);
-    const bool pending_before = impl_->timer_fd_expiry <= when && impl_->timer_fd_expiry > now;
-    if (earliest && !t_on_engine_thread && !pending_before) {
-        // The engine may be sleeping on a later deadline. steady_clock is
-        // CLOCK_MONOTONIC, the timerfd's clock.
-        const auto ns =
-            std::chrono::duration_cast<std::chrono::nanoseconds>(when.time_since_epoch()).count();
-        itimerspec at{};
-        at.it_value.tv_sec = static_cast<time_t>(ns / 1000000000);
-        at.it_value.tv_nsec = static_cast<long>(ns % 1000000000);
-        if (at.it_value.tv_sec == 0 && at.it_value.tv_nsec == 0)
-            at.it_value.tv_nsec = 1;  // zero would disarm it
-        if (timerfd_settime(impl_->timer_fd.get(), TFD_TIMER_ABSTIME, &at, nullptr) == 0)
-            impl_->timer_fd_expiry = when;
-        else
-            impl_->wake();
-    }
+    expire_by(when, nearest);
 }
 
 void Engine::cancel_timer(EngineClient* client) {
@@ -252,10 +413,17 @@ void Engine::cancel_timer(EngineClient* client) {
 void Engine::retire(EngineClient* client) {
     cancel_timer(client);
     for (auto it = impl_->watched.begin(); it != impl_->watched.end();) {
-        if (it->second == client)
-            it = impl_->watched.erase(it);
-        else
+        if (it->second != client) {
             ++it;
+            continue;
+        }
+        auto loan = impl_->loans.find(it->first);
+        if (loan != impl_->loans.end()) {
+            epoll_ctl(loan->second.waiter_set, EPOLL_CTL_DEL, loan->second.fd, nullptr);
+            impl_->loan_ends.erase(loan->second.end);
+            impl_->loans.erase(loan);
+        }
+        it = impl_->watched.erase(it);
     }
     impl_->retired.push_back(client);
     if (t_on_engine_thread || t_drain_scopes > 0)
@@ -385,21 +553,25 @@ void Engine::run() {
                 }
                 continue;  // run_timers below runs what is due
             }
+            if (impl_->loans.count(token))
+                continue;  // fetched just before it was lent: the waiter has it
             auto it = impl_->watched.find(token);
             if (it != impl_->watched.end())
                 shielded([&] { it->second->on_io(events[i].events); });
         }
         shielded([this] { drain_inbox(); });
         shielded([this] { run_timers(); });
+        end_due_loans();
         free_retired();
         timeout_ms = next_timeout_ms();
     }
 }
 
 int Engine::next_timeout_ms() const {
-    if (impl_->timers.empty())
+    const auto nearest = nearest_deadline();
+    if (nearest == Clock::time_point::max())
         return -1;
-    const auto left = impl_->timers.begin()->first - Clock::now();
+    const auto left = nearest - Clock::now();
     const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
     return ms < 0 ? 0 : static_cast<int>(std::min<long long>(ms, 60000));
 }

@@ -5,6 +5,7 @@
 // See cm_engine.cc for the threading model.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <mutex>
 
@@ -71,6 +72,31 @@ class Engine {
     // Stops watching; a stale event for the token is dropped.
     void unwatch(uint64_t* token, int fd);
 
+    // Lending a watch to a waiting thread. A connection whose next step
+    // waits on its peer has an application thread waiting for the event
+    // that step gives (rdma_get_cm_event, or poll on the channel's fd):
+    // the watch of its socket is lent to that thread's epoll set
+    // (`waiter_set`, the event channel's fd, event_channel.h), whose
+    // waiter runs the step itself with run_lent(), so that the engine's
+    // thread is not woken for it. Every run_lent() of the token pushes the
+    // loan's end `loan_ms` later; at its end the engine takes the watch
+    // back, so a program that is not waiting on its channel delays its
+    // connections by at most `loan_ms`. rewatch() and unwatch() end a loan
+    // as they change or drop the watch. 0 or errno (the watch stays where
+    // it was).
+    int lend(uint64_t token, int fd, uint32_t events, int waiter_set, int loan_ms);
+    // watch() and lend() in one: the fd goes straight into `waiter_set`.
+    // A token, or 0 with errno.
+    uint64_t watch_lent(int fd, uint32_t events, EngineClient* client, int waiter_set, int loan_ms);
+    // From the waiter of `waiter_set`, with the CM lock: runs the client of
+    // `token`, an event it found in its set, if the watch is still lent to
+    // that set (else the engine has it back and sees the event itself).
+    void run_lent(uint64_t token, int waiter_set, uint32_t events);
+    // Takes back every watch lent to `waiter_set` (its channel goes away).
+    void reclaim_lent(int waiter_set);
+    // Whether `token`'s watch is lent now.
+    bool lent(uint64_t token) const;
+
     // The client's one timer, replacing any earlier one.
     void arm_timer(EngineClient* client, int milliseconds);
     void cancel_timer(EngineClient* client);
@@ -101,6 +127,16 @@ class Engine {
     static void drain_at_round_end();
     void run();
     void run_timers();
+    void end_due_loans();
+    void end_loan(uint64_t token, uint32_t events);
+    // The nearest deadline, timers' and loans' ends (time_point::max()
+    // with none).
+    std::chrono::steady_clock::time_point nearest_deadline() const;
+    // A deadline `when` is being added, `nearest` the nearest before it:
+    // makes sure the engine's thread, which may be sleeping past it, is
+    // awake by then.
+    void expire_by(std::chrono::steady_clock::time_point when,
+                   std::chrono::steady_clock::time_point nearest);
     int next_timeout_ms() const;  // for epoll_wait: -1 with no timer armed
     bool free_retired();          // whether there were any
     int start_locked();

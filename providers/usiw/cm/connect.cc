@@ -83,7 +83,7 @@ class ListenerWatch final : public EngineClient {
                 if (errno == EINTR || errno == ECONNABORTED)
                     continue;
                 if (errno == EAGAIN || errno == EWOULDBLOCK)
-                    return;
+                    return lend();
                 // Out of fds or memory: the pending connection stays queued
                 // and would wake us at once; pause instead of spinning.
                 log_error("rdma_cm: accept on a listening id: %s; retrying in %d ms",
@@ -111,11 +111,18 @@ class ListenerWatch final : public EngineClient {
             Connection::incoming(listener_, std::move(fd), dc, inherited, *local, peer);
         }
     }
-    void on_timer() override { Engine::get().rewatch(token_, fd_, EPOLLIN); }
+    void on_timer() override {
+        Engine::get().rewatch(token_, fd_, EPOLLIN);
+        lend();
+    }
 
     // 0 or errno.
     int start() {
-        token_ = Engine::get().watch(fd_, EPOLLIN, this);
+        Engine& engine = Engine::get();
+        if (const int waiter_set = channel_waiter_set(listener_->channel()); waiter_set >= 0)
+            token_ = engine.watch_lent(fd_, EPOLLIN, this, waiter_set, channel_loan_ms());
+        if (token_ == 0)
+            token_ = engine.watch(fd_, EPOLLIN, this);
         return token_ ? 0 : errno;
     }
     // Closes what it owns and hands itself to the engine to free.
@@ -126,6 +133,16 @@ class ListenerWatch final : public EngineClient {
     }
 
   private:
+    // Lends the socket to the waiters of the listener's channel, which gets
+    // the CONNECT_REQUESTs, if it is not lent now (the engine took it back
+    // when they left it alone for a while). Failing that, the engine keeps it.
+    void lend() {
+        Engine& engine = Engine::get();
+        const int waiter_set = channel_waiter_set(listener_->channel());
+        if (waiter_set >= 0 && !engine.lent(token_))
+            engine.lend(token_, fd_, EPOLLIN, waiter_set, channel_loan_ms());
+    }
+
     CmId* listener_;
     int fd_;
     UniqueFd owned_;
@@ -710,8 +727,12 @@ void set_pd(CmId* c, ibv_pd* pd) {
     c->id.pd = pd;
 }
 
-int migrate(CmId*, EventChannel*) {
-    return 0;  // nothing but the events, which dispatch.cc moves
+int migrate(CmId* c, EventChannel*) {
+    // The events dispatch.cc moves; sockets lent to the old channel's
+    // waiters (its connection's, its listening sockets) go back to the
+    // engine, and are lent to the new channel's at their next step.
+    Engine::get().reclaim_lent(c->channel()->channel.fd);
+    return 0;
 }
 
 void close(CmId* c) {

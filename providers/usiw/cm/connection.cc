@@ -99,14 +99,33 @@ Connection::Connection(bool active, UniqueFd fd, DeviceContext* device)
 
 // --- common ---
 
+EventChannel* Connection::waiting_channel() const {
+    switch (state_) {
+        case ConnState::kTcpConnecting:
+        case ConnState::kAwaitingReply:
+            return id_ ? id_->channel() : nullptr;  // ESTABLISHED or a failure follows
+        case ConnState::kAwaitingRequest:
+            return listener_ ? listener_->channel() : nullptr;  // CONNECT_REQUEST follows
+        default:
+            return nullptr;  // our own progress (a frame going out), or nobody waits
+    }
+}
+
 void Connection::watch(uint32_t events) {
     Engine& engine = Engine::get();
+    const int waiter_set = channel_waiter_set(waiting_channel());
     if (token_ != 0) {
+        if (waiter_set >= 0 &&
+            engine.lend(token_, fd_.get(), events, waiter_set, channel_loan_ms()) == 0)
+            return;
         if (engine.rewatch(token_, fd_.get(), events) == 0)
             return;
         engine.unwatch(&token_, fd_.get());
     }
-    token_ = engine.watch(fd_.get(), events, this);
+    if (waiter_set >= 0)
+        token_ = engine.watch_lent(fd_.get(), events, this, waiter_set, channel_loan_ms());
+    if (token_ == 0)
+        token_ = engine.watch(fd_.get(), events, this);
     if (token_ == 0) {
         // Failing the connection here would pull it from under the caller:
         // its timer does so at once instead (on_timer), with the cause.

@@ -87,7 +87,11 @@ class Connection final : public EngineClient,
     ~Connection() override = default;
 
     bool enter(ConnState to) { return cm::enter(&state_, to, this); }
+    // Watches the socket: lent to the waiters of the channel that gets the
+    // connection's next event while it waits on the peer (Engine::lend),
+    // else in the engine.
     void watch(uint32_t events);
+    EventChannel* waiting_channel() const;
     void close_socket();
     void finish();  // closed and id-less: retire
 

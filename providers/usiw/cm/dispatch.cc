@@ -104,6 +104,7 @@ void destroy_event_channel(rdma_event_channel* channel) {
     {
         std::lock_guard lock(cm_mutex());
         kernel::close_channel(c);
+        channel_stop_lending(c);
     }
     channel_destroy(c);
 }

@@ -2,6 +2,7 @@
 #include "cm/event_channel.h"
 
 #include <fcntl.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/select.h>
 #include <unistd.h>
@@ -12,6 +13,8 @@
 #include <mutex>
 #include <new>
 
+#include "cm/cm_engine.h"
+#include "host/settings.h"
 #include "verbs/log.h"
 
 namespace usiw::cm {
@@ -29,6 +32,11 @@ namespace {
 // FD_SETSIZE, so select() on a channel still works. Where the limit on
 // descriptors is lower, the channel keeps the fd it got.
 constexpr int kChannelFdFloor = 512;
+
+// The event count's epoll data in the channel's set; the lent sockets'
+// are their CM engine tokens, which count up from 1.
+constexpr uint64_t kEventCountToken = 0;
+constexpr int kLentSocketsPerWait = 16;
 
 int above_program_fds(int fd) {
     if (fd >= kChannelFdFloor)
@@ -52,15 +60,30 @@ EventChannel* channel_create() {
         errno = ENOMEM;
         return nullptr;
     }
-    // Blocking, as a librdmacm channel fd starts; the application may make
-    // it non-blocking with fcntl.
-    c->channel.fd = eventfd(0, EFD_SEMAPHORE | EFD_CLOEXEC);
-    if (c->channel.fd < 0) {
+    const auto failed = [c] {
         const int err = errno;
+        if (c->event_count >= 0)
+            close(c->event_count);
+        if (c->channel.fd >= 0)
+            close(c->channel.fd);
         delete c;
         errno = err;
         return nullptr;
-    }
+    };
+    c->channel.fd = -1;
+    c->event_count = eventfd(0, EFD_SEMAPHORE | EFD_CLOEXEC | EFD_NONBLOCK);
+    if (c->event_count < 0)
+        return failed();
+    // Blocking, as a librdmacm channel fd starts; the application may make
+    // it non-blocking with fcntl.
+    c->channel.fd = epoll_create1(EPOLL_CLOEXEC);
+    if (c->channel.fd < 0)
+        return failed();
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = kEventCountToken;
+    if (epoll_ctl(c->channel.fd, EPOLL_CTL_ADD, c->event_count, &ev) != 0)
+        return failed();
     c->channel.fd = above_program_fds(c->channel.fd);
     return c;
 }
@@ -79,6 +102,7 @@ void retire_channel(EventChannel* c) {
     const int flags = fcntl(c->channel.fd, F_GETFL);
     c->late_callers_fail = flags >= 0 && (flags & O_NONBLOCK);
     close(c->channel.fd);
+    close(c->event_count);
     // Never destroyed: a thread may destroy a channel while the process exits.
     static auto* kept_mutex = new std::mutex;
     static auto* kept = new std::deque<EventChannel*>;
@@ -108,13 +132,27 @@ void channel_destroy(EventChannel* c) {
     retire_channel(c);
 }
 
+int channel_loan_ms() {
+    static const int ms = settings::cm_channel_wait_ms();
+    return ms;
+}
+
+int channel_waiter_set(const EventChannel* c) {
+    return c && c->lends && channel_loan_ms() > 0 ? c->channel.fd : -1;
+}
+
+void channel_stop_lending(EventChannel* c) {
+    c->lends = false;
+    Engine::get().reclaim_lent(c->channel.fd);
+}
+
 void channel_push(EventChannel* c, CmEvent* event) {
     {
         std::lock_guard lock(c->queue_mutex);
         c->queue.push_back(event);
     }
     const uint64_t one = 1;
-    if (write(c->channel.fd, &one, sizeof one) != sizeof one)
+    if (write(c->event_count, &one, sizeof one) != sizeof one)
         log_error("rdma_cm: event channel fd %d: cannot signal an event: %s", c->channel.fd,
                   strerror(errno));
 }
@@ -154,6 +192,35 @@ class Reader {
 
 }  // namespace
 
+// Waits on the channel's set (up to forever if `blocking`, else not at
+// all) and runs the sockets found ready there, lent by the CM engine.
+// Returns how many it ran (0 if only the event count was ready, or
+// nothing), or -errno.
+int run_lent_sockets(EventChannel* c, bool blocking) {
+    epoll_event ready[kLentSocketsPerWait];
+    int n;
+    do {
+        n = epoll_wait(c->channel.fd, ready, kLentSocketsPerWait, blocking ? -1 : 0);
+        // A signal does not end the wait: a read of the kernel's channel
+        // fd, which this replaces, restarts after a handler (SA_RESTART,
+        // as signal() installs them).
+    } while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return -errno;
+    int ran = 0;
+    for (int i = 0; i < n; ++i)
+        ran += ready[i].data.u64 != kEventCountToken;
+    if (ran == 0)
+        return 0;
+    std::lock_guard lock(cm_mutex());
+    InboxDrainScope inbox;
+    Engine& engine = Engine::get();
+    for (int i = 0; i < n; ++i)
+        if (ready[i].data.u64 != kEventCountToken)
+            engine.run_lent(ready[i].data.u64, c->channel.fd, ready[i].events);
+    return ran;
+}
+
 int channel_get(EventChannel* c, CmEvent** out) {
     const Reader reader(c);
     if (reader.late()) {
@@ -166,8 +233,20 @@ int channel_get(EventChannel* c, CmEvent** out) {
     }
     for (;;) {
         uint64_t count;
-        if (read(c->channel.fd, &count, sizeof count) != sizeof count)
-            return errno == EWOULDBLOCK ? EAGAIN : errno;
+        if (read(c->event_count, &count, sizeof count) != sizeof count) {
+            if (errno != EAGAIN)
+                return errno;
+            // Nothing queued: do what the lent sockets have, waiting for
+            // them as the fd's blocking mode says, and look again.
+            const int flags = fcntl(c->channel.fd, F_GETFL);
+            const bool blocking = flags >= 0 && !(flags & O_NONBLOCK);
+            const int ran = run_lent_sockets(c, blocking);
+            if (ran < 0)
+                return -ran;
+            if (ran == 0 && !blocking)
+                return EAGAIN;
+            continue;
+        }
         std::lock_guard lock(c->queue_mutex);
         if (c->queue.empty()) {
             // Only a destroyed channel's: it dropped the events that its

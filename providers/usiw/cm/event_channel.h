@@ -1,11 +1,21 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // Event channels and events, as librdmacm hands them out.
 //
-// The channel's fd is an eventfd in semaphore mode: one count per queued
-// event, so it polls readable while an event waits, and a read takes one
-// count. rdma_get_cm_event reads the fd first and so blocks, or fails with
-// EAGAIN, exactly as the application made the fd (O_NONBLOCK set with fcntl
-// is honoured), then takes the oldest event.
+// The channel's fd is an epoll set. It holds the channel's event count, an
+// eventfd in semaphore mode (one count per queued event), so the fd polls
+// readable while an event waits. It also holds the sockets the CM engine
+// lends to the channel's waiters (Engine::lend, cm_engine.h): while a
+// connection waits on its peer (a TCP connect or an MPA reply, or an
+// accepted connection's MPA request) and the event that follows will come
+// to this channel, its socket is watched here, not by the engine's thread.
+// rdma_get_cm_event takes one count and then the oldest event; with no
+// count it waits on the set (or fails with EAGAIN at once, exactly as the
+// application made the fd: O_NONBLOCK set with fcntl is honoured), does
+// the CM's work for the lent sockets found ready (accept, read the peer's
+// frame, answer it, attach the stream), which queues the events, and looks
+// again. A program that polls the fd is woken the same way, and its call
+// does the work. So on a connection's critical path the thread woken is
+// the one that wants the event, and the engine's thread sleeps.
 //
 // An event queued for an id that is destroyed (or migrated) before the
 // application took it is withdrawn: its slot becomes empty and the count
@@ -92,6 +102,10 @@ struct EventChannel {
     int readers = 0;                 // threads inside channel_get
     bool destroyed = false;          // channel_destroy ran
     bool late_callers_fail = false;  // the fd was non-blocking when it was closed
+    int event_count = -1;            // eventfd: one count per queued event, in channel.fd's set
+    // Whether the CM engine may lend sockets to this channel's waiters;
+    // cleared (CM lock) before the channel goes.
+    bool lends = true;
 
     // The real librdmacm's channel of this channel's kernel-backed ids
     // (kernel.h), made with the first of them; the CM engine takes its
@@ -119,6 +133,18 @@ void channel_push(EventChannel* channel, CmEvent* event);
 // Takes the oldest event, waiting as the fd's blocking mode says. 0 or an
 // errno value (EAGAIN for a non-blocking fd with nothing queued, EINTR).
 int channel_get(EventChannel* channel, CmEvent** event);
+
+// The set to which the CM engine may lend a socket whose work gives this
+// channel's next event (the channel's fd), or -1 if it may not: lending is
+// off (USIW_CM_CHANNEL_WAIT_MS=0) or the channel is going away. CM lock.
+int channel_waiter_set(const EventChannel* channel);
+// How long a loan lasts when the waiters do not use it
+// (USIW_CM_CHANNEL_WAIT_MS): at most this much later the engine takes the
+// socket back.
+int channel_loan_ms();
+// Takes back what was lent to the channel and lends nothing more (before
+// rdma_destroy_event_channel). CM lock.
+void channel_stop_lending(EventChannel* channel);
 
 // Withdraws every queued event `match` selects and returns them in queue
 // order (the caller frees or requeues them).

@@ -77,6 +77,15 @@ constexpr Setting kAll[] = {
      "TCP_USER_TIMEOUT and TCP keepalive on every connection's socket; 0 leaves TCP's defaults "
      "(about 15 minutes with data outstanding, never on an idle connection)",
      Scope::kProvider},
+    {"USIW_CM_CHANNEL_WAIT_MS", "milliseconds, 0 to 999999999 (0: off)", "10",
+     "connection setup: while a connection waits on its peer (TCP connect, MPA request or "
+     "reply), the thread waiting on the event channel that will get its next event "
+     "(rdma_get_cm_event, or poll on the channel's fd) watches its socket and does that step "
+     "itself, so that no thread of usiw's is woken on the way; when that socket has not been "
+     "served for this long, usiw's CM thread takes it back (a program that does not wait on "
+     "its channel delays its connection setup by at most this much). 0: usiw's CM thread "
+     "always does it",
+     Scope::kProvider},
     {"USIW_DEBUG", "1 (any value that does not start with 0)", "unset",
      "diagnostics on stderr, debug lines included: connection setup, TERMINATEs and state "
      "changes (as VERBS_LOG_LEVEL=4)",
@@ -160,6 +169,7 @@ constexpr const Setting& kTxBatch = entry("USIW_TX_BATCH_US");
 constexpr const Setting& kCqEventPoll = entry("USIW_CQ_EVENT_POLL_US");
 constexpr const Setting& kPeerTimeout = entry("USIW_PEER_TIMEOUT_MS");
 constexpr const Setting& kPlacementCopy = entry("USIW_PLACEMENT_COPY");
+constexpr const Setting& kCmChannelWait = entry("USIW_CM_CHANNEL_WAIT_MS");
 constexpr const Setting& kDebug = entry("USIW_DEBUG");
 constexpr const Setting& kVerbsLogLevel = entry("VERBS_LOG_LEVEL");
 constexpr const Setting& kVerbsLogFile = entry("VERBS_LOG_FILE");
@@ -381,18 +391,31 @@ size_t zero_copy_min_bytes() {
     return static_cast<size_t>(n);
 }
 
-int peer_timeout_ms() {
-    const auto v = value_of(kPeerTimeout);
+namespace {
+
+// A setting in milliseconds where 0 means off.
+int ms_or_off(const Setting& s, int fallback) {
+    const auto v = value_of(s);
     if (!v)
-        return kPeerTimeoutDefaultMs;
+        return fallback;
     if (*v == "0")
         return 0;
     const auto ms = parse_ms(*v);
     if (!ms) {
-        reject(kPeerTimeout, *v);
-        return kPeerTimeoutDefaultMs;
+        reject(s, *v);
+        return fallback;
     }
     return *ms;
+}
+
+}  // namespace
+
+int peer_timeout_ms() {
+    return ms_or_off(kPeerTimeout, kPeerTimeoutDefaultMs);
+}
+
+int cm_channel_wait_ms() {
+    return ms_or_off(kCmChannelWait, kCmChannelWaitDefaultMs);
 }
 
 PlacementCopy placement_copy() {

@@ -90,6 +90,12 @@ PlacementCopy placement_copy();
 inline constexpr int kPeerTimeoutDefaultMs = 60000;
 int peer_timeout_ms();
 
+// USIW_CM_CHANNEL_WAIT_MS: how long the CM engine lends a socket to the
+// waiters of an event channel when they do not serve it (cm/cm_engine.h,
+// Engine::lend); 0: never lends.
+inline constexpr int kCmChannelWaitDefaultMs = 10;
+int cm_channel_wait_ms();
+
 // USIW_DEBUG and rdma-core's VERBS_LOG_LEVEL: what the provider logs.
 enum class LogLevel : uint8_t { kSilent, kErrors, kDebug };
 LogLevel log_level();
