@@ -116,6 +116,15 @@ void expect_waiting_then_cancel(ReaderThread* r) {
     if (r->returned.load())
         fail_msg("rdma_get_cm_event returned %d (%s) on a channel destroyed while it waited",
                  r->result, strerror(r->result));
+#if defined(__SANITIZE_THREAD__)
+    // GCC 12's ThreadSanitizer loses the locks of a thread cancelled inside
+    // epoll_wait or poll (not read): the unwinding reader's Reader takes
+    // the queue lock, and a race on `readers` is reported that is not
+    // there. The reader stays blocked, as the channel says, until the
+    // process ends; the ASan build checks what the cancellation frees.
+    assert_int_equal(pthread_detach(r->thread), 0);
+    return;
+#endif
     assert_int_equal(pthread_cancel(r->thread), 0);
     timespec deadline{};
     clock_gettime(CLOCK_REALTIME, &deadline);
