@@ -55,14 +55,20 @@ struct Item final : InboxItem {
     }
 };
 
-bool becomes_true(const std::atomic<bool>& flag) {
+// Whether `holds` comes true within 30 s.
+template <typename Condition>
+bool comes_true(Condition holds) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (!flag.load()) {
+    while (!holds()) {
         if (std::chrono::steady_clock::now() > deadline)
             return false;
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     return true;
+}
+
+bool becomes_true(const std::atomic<bool>& flag) {
+    return comes_true([&] { return flag.load(); });
 }
 
 // First of all: the engine's thread is not started yet, so only this
@@ -268,13 +274,7 @@ struct Loan {
 };
 
 bool count_reaches(const std::atomic<int>& count, int at_least) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (count.load() < at_least) {
-        if (std::chrono::steady_clock::now() > deadline)
-            return false;
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    return true;
+    return comes_true([&] { return count.load() >= at_least; });
 }
 
 // A lent socket is the waiter's alone: its readiness shows in the waiter's

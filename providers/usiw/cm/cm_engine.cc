@@ -128,6 +128,12 @@ struct Engine::Impl {
     };
     std::unordered_map<uint64_t, Loan> loans;
     std::multimap<Clock::time_point, uint64_t> loan_ends;
+    // A loan in use goes on for its length from now.
+    void renew(Loan* loan, uint64_t token) {
+        loan_ends.erase(loan->end);
+        loan->end =
+            loan_ends.emplace(Clock::now() + std::chrono::milliseconds(loan->loan_ms), token);
+    }
 
     std::mutex inbox_mutex;  // protects inbox_head / inbox_tail; a leaf lock
     InboxItem* inbox_head = nullptr;
@@ -205,7 +211,7 @@ int Engine::start_thread() {
     return 0;
 }
 
-uint64_t Engine::watch(int fd, uint32_t events, EngineClient* client) {
+uint64_t Engine::add_watch(int set, int fd, uint32_t events, EngineClient* client) {
     if (int err = start_locked()) {
         errno = err;
         return 0;
@@ -214,10 +220,14 @@ uint64_t Engine::watch(int fd, uint32_t events, EngineClient* client) {
     epoll_event ev{};
     ev.events = events;
     ev.data.u64 = token;
-    if (epoll_ctl(impl_->epoll_fd.get(), EPOLL_CTL_ADD, fd, &ev) != 0)
+    if (epoll_ctl(set < 0 ? impl_->epoll_fd.get() : set, EPOLL_CTL_ADD, fd, &ev) != 0)
         return 0;
     impl_->watched[token] = client;
     return token;
+}
+
+uint64_t Engine::watch(int fd, uint32_t events, EngineClient* client) {
+    return add_watch(-1, fd, events, client);
 }
 
 int Engine::rewatch(uint64_t token, int fd, uint32_t events) {
@@ -249,8 +259,6 @@ void Engine::unwatch(uint64_t* token, int fd) {
 int Engine::lend(uint64_t token, int fd, uint32_t events, int waiter_set, int loan_ms) {
     if (!impl_->watched.count(token))
         return EINVAL;
-    const auto nearest = nearest_deadline();
-    const auto end = Clock::now() + std::chrono::milliseconds(loan_ms);
     epoll_event ev{};
     ev.events = events;
     ev.data.u64 = token;
@@ -260,15 +268,15 @@ int Engine::lend(uint64_t token, int fd, uint32_t events, int waiter_set, int lo
         loan = impl_->loans.end();
     }
     if (loan != impl_->loans.end()) {
-        // Lent there already: the loan goes on.
+        // Lent there already: the loan goes on, from now (no wake-up: a
+        // later end is never nearer).
         if (loan->second.events != events) {
             if (epoll_ctl(waiter_set, EPOLL_CTL_MOD, fd, &ev) != 0)
                 return errno;
             loan->second.events = events;
         }
-        impl_->loan_ends.erase(loan->second.end);
         loan->second.loan_ms = loan_ms;
-        loan->second.end = impl_->loan_ends.emplace(end, token);
+        impl_->renew(&loan->second, token);
         return 0;
     }
     // Into the waiter's set before out of the engine's: never unwatched
@@ -280,29 +288,23 @@ int Engine::lend(uint64_t token, int fd, uint32_t events, int waiter_set, int lo
         epoll_ctl(waiter_set, EPOLL_CTL_DEL, fd, nullptr);
         return err;
     }
-    impl_->loans[token] = {fd, waiter_set, events, loan_ms, impl_->loan_ends.emplace(end, token)};
-    expire_by(end, nearest);
+    open_loan(token, fd, events, waiter_set, loan_ms);
     return 0;
 }
 
 uint64_t Engine::watch_lent(int fd, uint32_t events, EngineClient* client, int waiter_set,
                             int loan_ms) {
-    if (int err = start_locked()) {
-        errno = err;
-        return 0;
-    }
-    const uint64_t token = impl_->next_token++;
-    epoll_event ev{};
-    ev.events = events;
-    ev.data.u64 = token;
-    if (epoll_ctl(waiter_set, EPOLL_CTL_ADD, fd, &ev) != 0)
-        return 0;
-    impl_->watched[token] = client;
+    const uint64_t token = add_watch(waiter_set, fd, events, client);
+    if (token != 0)
+        open_loan(token, fd, events, waiter_set, loan_ms);
+    return token;
+}
+
+void Engine::open_loan(uint64_t token, int fd, uint32_t events, int waiter_set, int loan_ms) {
     const auto nearest = nearest_deadline();
     const auto end = Clock::now() + std::chrono::milliseconds(loan_ms);
     impl_->loans[token] = {fd, waiter_set, events, loan_ms, impl_->loan_ends.emplace(end, token)};
     expire_by(end, nearest);
-    return token;
 }
 
 void Engine::end_loan(uint64_t token, uint32_t events) {
@@ -331,9 +333,7 @@ void Engine::run_lent(uint64_t token, int waiter_set, uint32_t events) {
     if (client == impl_->watched.end())
         return;
     // In use: the loan goes on. No wake-up: a later end is never nearer.
-    impl_->loan_ends.erase(loan->second.end);
-    loan->second.end = impl_->loan_ends.emplace(
-        Clock::now() + std::chrono::milliseconds(loan->second.loan_ms), token);
+    impl_->renew(&loan->second, token);
     shielded([&] { client->second->on_io(events); });
 }
 

@@ -127,6 +127,9 @@ class Engine {
     static void drain_at_round_end();
     void run();
     void run_timers();
+    // Watches `fd` in `set` (-1: the engine's own). A token, or 0 with errno.
+    uint64_t add_watch(int set, int fd, uint32_t events, EngineClient* client);
+    void open_loan(uint64_t token, int fd, uint32_t events, int waiter_set, int loan_ms);
     void end_due_loans();
     void end_loan(uint64_t token, uint32_t events);
     // The nearest deadline, timers' and loans' ends (time_point::max()
