@@ -296,10 +296,8 @@ qperf_lat_run() {  # LOG SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
         echo "bench.sh: qperf rc_lat: port $port still has a listener after 10 s" >&2
         return 0
     fi
-    # shellcheck disable=SC2016 # $0 and $@ are the inner shell's
     with_links "$sconf" in_ns "$snet" timeout 120 "$usiw" run \
-        sh -c 'LD_PRELOAD="$0:$LD_PRELOAD" exec "$@"' "$listen_first" qperf -lp "$port" \
-        >"$log.server" 2>&1 &
+        "${PRELOAD_FIRST[@]}" "$listen_first" qperf -lp "$port" >"$log.server" 2>&1 &
     spid=$!
     if poll_until 10 listening "$snet" "$port"; then
         with_links "$cconf" in_ns "$cnet" timeout 120 "$usiw" run qperf -lp "$port" -cm1 -m 8 \

@@ -258,6 +258,13 @@ usiw_side() {
     USIW_DEBUG=1 with_links "$config" in_ns "$netns" timeout 60 "$USIW" run "$@"
 }
 
+# "${PRELOAD_FIRST[@]}" LIB CMD...: runs CMD with LIB preloaded ahead of
+# what LD_PRELOAD already holds (under `usiw run`, the provider), so that
+# LIB's definitions win. An argument list, not a function, so that it can
+# follow `usiw run`, which executes its command.
+# shellcheck disable=SC2016 # $0 and $@ are the inner shell's
+PRELOAD_FIRST=(sh -c 'LD_PRELOAD="$0:$LD_PRELOAD" exec "$@"')
+
 # veth_pair IFACE_A NETNS_A ADDR_A IFACE_B NETNS_B ADDR_B: a veth pair
 # joining IFACE_A in NETNS_A to IFACE_B in NETNS_B (an empty NETNS: here;
 # a missing one is created, with its lo up), each end with its address

@@ -73,7 +73,7 @@ server_side() {
     local config=$1 netns=$2
     shift 2
     if [ -n "$LISTEN_FIRST" ]; then
-        side "$config" "$netns" sh -c 'LD_PRELOAD="$0:$LD_PRELOAD" exec "$@"' "$LISTEN_FIRST" "$@"
+        side "$config" "$netns" "${PRELOAD_FIRST[@]}" "$LISTEN_FIRST" "$@"
     else
         side "$config" "$netns" "$@"
     fi
