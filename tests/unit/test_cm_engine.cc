@@ -261,6 +261,14 @@ struct Loan {
         close(ends[1]);
         close(waiter_set);
     }
+    // Watches the first end, lent to the waiter's set for `loan_ms`.
+    void lend(int loan_ms) {
+        {
+            std::lock_guard lock(cm_mutex());
+            token = Engine::get().watch_lent(ends[0], EPOLLIN, client, waiter_set, loan_ms);
+        }
+        assert_true(token != 0);
+    }
     void peer_sends() const { assert_int_equal(send(ends[1], "x", 1, 0), 1); }
     // The tokens ready in the waiter's set, waiting up to `ms`.
     std::vector<uint64_t> ready(int ms) const {
@@ -283,11 +291,7 @@ bool count_reaches(const std::atomic<int>& count, int at_least) {
 void test_lent_socket_is_served_by_its_waiter(void**) {
     Engine& engine = Engine::get();
     Loan loan;
-    {
-        std::lock_guard lock(cm_mutex());
-        loan.token = engine.watch_lent(loan.ends[0], EPOLLIN, loan.client, loan.waiter_set, 60000);
-    }
-    assert_true(loan.token != 0);
+    loan.lend(60000);
     for (int round = 1; round <= 3; ++round) {
         loan.peer_sends();
         const auto ready = loan.ready(30000);
@@ -319,11 +323,7 @@ void test_lent_socket_is_served_by_its_waiter(void**) {
 void test_unserved_loan_goes_back_to_the_engine(void**) {
     Engine& engine = Engine::get();
     Loan loan;
-    {
-        std::lock_guard lock(cm_mutex());
-        loan.token = engine.watch_lent(loan.ends[0], EPOLLIN, loan.client, loan.waiter_set, 20);
-    }
-    assert_true(loan.token != 0);
+    loan.lend(20);
     loan.peer_sends();
     const auto fetched = loan.ready(30000);
     assert_int_equal(fetched.size(), 1);
@@ -344,11 +344,10 @@ void test_unserved_loan_goes_back_to_the_engine(void**) {
 void test_reclaimed_and_unwatched_loans(void**) {
     Engine& engine = Engine::get();
     Loan kept, dropped;
+    kept.lend(60000);
+    dropped.lend(60000);
     {
         std::lock_guard lock(cm_mutex());
-        kept.token = engine.watch_lent(kept.ends[0], EPOLLIN, kept.client, kept.waiter_set, 60000);
-        dropped.token =
-            engine.watch_lent(dropped.ends[0], EPOLLIN, dropped.client, dropped.waiter_set, 60000);
         engine.reclaim_lent(kept.waiter_set);
         assert_false(engine.lent(kept.token));
         engine.unwatch(&dropped.token, dropped.ends[0]);

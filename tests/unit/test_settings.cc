@@ -211,37 +211,38 @@ void test_cq_event_poll(void**) {
     unsetenv("USIW_CQ_EVENT_POLL_US");
 }
 
+// A setting in milliseconds where 0 means off: `value` reads `name`;
+// unset or malformed means `fallback`, its default.
+void check_ms_or_off(const char* name, int (*value)(), int fallback, int sample,
+                     const char* sample_text) {
+    unsetenv(name);
+    assert_int_equal(value(), fallback);
+    setenv(name, "0", 1);
+    assert_int_equal(value(), 0);
+    setenv(name, sample_text, 1);
+    assert_int_equal(value(), sample);
+    for (const char* bad : {"-5", "4s", "x", "1000000000"}) {
+        setenv(name, bad, 1);
+        assert_int_equal(value(), fallback);
+    }
+    unsetenv(name);
+}
+
 // USIW_PEER_TIMEOUT_MS: milliseconds, 0 for off; unset or malformed means
 // the default.
 void test_peer_timeout(void**) {
     unsetenv("USIW_PEER_TIMEOUT_MS");
     assert_int_equal(settings::peer_timeout_ms(), 60000);
-    assert_int_equal(settings::peer_timeout_ms(), settings::kPeerTimeoutDefaultMs);
-    setenv("USIW_PEER_TIMEOUT_MS", "0", 1);
-    assert_int_equal(settings::peer_timeout_ms(), 0);
-    setenv("USIW_PEER_TIMEOUT_MS", "4000", 1);
-    assert_int_equal(settings::peer_timeout_ms(), 4000);
-    for (const char* bad : {"-5", "4s", "x", "1000000000"}) {
-        setenv("USIW_PEER_TIMEOUT_MS", bad, 1);
-        assert_int_equal(settings::peer_timeout_ms(), settings::kPeerTimeoutDefaultMs);
-    }
-    unsetenv("USIW_PEER_TIMEOUT_MS");
+    check_ms_or_off("USIW_PEER_TIMEOUT_MS", settings::peer_timeout_ms,
+                    settings::kPeerTimeoutDefaultMs, 4000, "4000");
 }
 
 // USIW_CM_CHANNEL_WAIT_MS: the same kind of value, 10 ms by default.
 void test_cm_channel_wait(void**) {
     unsetenv("USIW_CM_CHANNEL_WAIT_MS");
     assert_int_equal(settings::cm_channel_wait_ms(), 10);
-    assert_int_equal(settings::cm_channel_wait_ms(), settings::kCmChannelWaitDefaultMs);
-    setenv("USIW_CM_CHANNEL_WAIT_MS", "0", 1);
-    assert_int_equal(settings::cm_channel_wait_ms(), 0);
-    setenv("USIW_CM_CHANNEL_WAIT_MS", "250", 1);
-    assert_int_equal(settings::cm_channel_wait_ms(), 250);
-    for (const char* bad : {"-5", "4s", "x", "1000000000"}) {
-        setenv("USIW_CM_CHANNEL_WAIT_MS", bad, 1);
-        assert_int_equal(settings::cm_channel_wait_ms(), settings::kCmChannelWaitDefaultMs);
-    }
-    unsetenv("USIW_CM_CHANNEL_WAIT_MS");
+    check_ms_or_off("USIW_CM_CHANNEL_WAIT_MS", settings::cm_channel_wait_ms,
+                    settings::kCmChannelWaitDefaultMs, 250, "250");
 }
 
 void test_log_level(void**) {

@@ -128,6 +128,12 @@ struct Engine::Impl {
     };
     std::unordered_map<uint64_t, Loan> loans;
     std::multimap<Clock::time_point, uint64_t> loan_ends;
+    // Ends the loan: its socket leaves the waiter's set, watched nowhere.
+    void drop(std::unordered_map<uint64_t, Loan>::iterator loan) {
+        epoll_ctl(loan->second.waiter_set, EPOLL_CTL_DEL, loan->second.fd, nullptr);
+        loan_ends.erase(loan->second.end);
+        loans.erase(loan);
+    }
     // A loan in use goes on for its length from now.
     void renew(Loan* loan, uint64_t token) {
         loan_ends.erase(loan->end);
@@ -245,13 +251,10 @@ void Engine::unwatch(uint64_t* token, int fd) {
     if (*token == 0)
         return;
     auto loan = impl_->loans.find(*token);
-    if (loan != impl_->loans.end()) {
-        epoll_ctl(loan->second.waiter_set, EPOLL_CTL_DEL, fd, nullptr);
-        impl_->loan_ends.erase(loan->second.end);
-        impl_->loans.erase(loan);
-    } else {
+    if (loan != impl_->loans.end())
+        impl_->drop(loan);
+    else
         epoll_ctl(impl_->epoll_fd.get(), EPOLL_CTL_DEL, fd, nullptr);
-    }
     impl_->watched.erase(*token);
     *token = 0;
 }
@@ -312,9 +315,7 @@ void Engine::end_loan(uint64_t token, uint32_t events) {
     if (loan == impl_->loans.end())
         return;
     const int fd = loan->second.fd;
-    epoll_ctl(loan->second.waiter_set, EPOLL_CTL_DEL, fd, nullptr);
-    impl_->loan_ends.erase(loan->second.end);
-    impl_->loans.erase(loan);
+    impl_->drop(loan);
     epoll_event ev{};
     ev.events = events;
     ev.data.u64 = token;
@@ -417,12 +418,8 @@ void Engine::retire(EngineClient* client) {
             ++it;
             continue;
         }
-        auto loan = impl_->loans.find(it->first);
-        if (loan != impl_->loans.end()) {
-            epoll_ctl(loan->second.waiter_set, EPOLL_CTL_DEL, loan->second.fd, nullptr);
-            impl_->loan_ends.erase(loan->second.end);
-            impl_->loans.erase(loan);
-        }
+        if (auto loan = impl_->loans.find(it->first); loan != impl_->loans.end())
+            impl_->drop(loan);
         it = impl_->watched.erase(it);
     }
     impl_->retired.push_back(client);
