@@ -34,6 +34,9 @@ namespace {
 // make the second the first: the kernel drops the connection (ETIMEDOUT)
 // at the first probe due after the timeout, so within timeout_ms plus an
 // eighth. The receive path then ends the stream like any other error.
+// No TCP_KEEPCNT: with TCP_USER_TIMEOUT set, the kernel's keepalive timer
+// counts no probes, the timeout alone decides (tcp_keepalive_timer), and
+// each system call here is one more per connection set up.
 void set_peer_timeout(int fd, int timeout_ms) {
     if (timeout_ms <= 0)
         return;
@@ -42,12 +45,10 @@ void set_peer_timeout(int fd, int timeout_ms) {
     constexpr int kMaxKeepaliveS = 32767;  // the kernel's limit for both
     const int idle_s = std::clamp(timeout_ms / 2000, 1, kMaxKeepaliveS);
     const int interval_s = std::clamp(timeout_ms / 8000, 1, kMaxKeepaliveS);
-    const int probes = timeout_ms / 1000 / interval_s + 2;  // TCP_USER_TIMEOUT decides first
     setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof user_timeout);
     setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
     setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof idle_s);
     setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof interval_s);
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
 }
 
 }  // namespace
@@ -65,8 +66,7 @@ bool stream_socket_setup_inherited(int listener, int accepted) {
     };
     static constexpr Option kOptions[] = {
         {IPPROTO_TCP, TCP_NODELAY},  {IPPROTO_TCP, TCP_USER_TIMEOUT}, {SOL_SOCKET, SO_KEEPALIVE},
-        {IPPROTO_TCP, TCP_KEEPIDLE}, {IPPROTO_TCP, TCP_KEEPINTVL},    {IPPROTO_TCP, TCP_KEEPCNT},
-        {SOL_SOCKET, SO_ZEROCOPY},
+        {IPPROTO_TCP, TCP_KEEPIDLE}, {IPPROTO_TCP, TCP_KEEPINTVL},    {SOL_SOCKET, SO_ZEROCOPY},
     };
     for (const Option& o : kOptions) {
         int set = 0, got = 0;
