@@ -171,7 +171,7 @@ cm::MpaPolicy consume_policy(FuzzedDataProvider& fdp) {
     return p;
 }
 
-// What tcp_mss can give: 0 when unknown, else a TCP_MAXSEG.
+// What fpdu_mss can give: 0 when unknown, else a TCP_MAXSEG.
 int consume_mss(FuzzedDataProvider& fdp) {
     return fdp.ConsumeIntegralInRange<int>(0, 65535);
 }

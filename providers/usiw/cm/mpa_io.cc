@@ -160,7 +160,9 @@ void MpaExchange::read_on(int fd) {
     }
 }
 
-int tcp_mss(int fd) {
+int fpdu_mss(int fd, bool gso_both) {
+    if (gso_both)
+        return 0;
     int mss = 0;
     socklen_t len = sizeof mss;
     return getsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &len) == 0 ? mss : 0;

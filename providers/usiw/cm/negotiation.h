@@ -113,7 +113,7 @@ size_t fpdu_budget(bool gso_both, int mss);
 
 // The stream an MPA exchange set up, for qp_attach_stream (its fd not yet
 // set): the initiator's from the reply it accepted, the responder's from
-// the request it answered and its terms. `mss` is the socket's (tcp_mss).
+// the request it answered and its terms. `mss` is the socket's (fpdu_mss).
 StreamParams initiator_stream(const ReplyOutcome& reply, int mss);
 StreamParams responder_stream(const RequestOutcome& request, const Terms& terms, int mss);
 
