@@ -3,7 +3,6 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
@@ -65,12 +64,18 @@ void MpaExchange::connect_and_request(int fd, const sockaddr* destination, sockl
         return tcp_connect_done(fd, true);
     if (errno == EINPROGRESS) {
         step_ = Step::kTcpConnecting;
-        // Writable with no error or hang-up flagged: connected, with no
-        // SO_ERROR to ask for.
-        pollfd done{fd, POLLOUT, 0};
-        if (poll(&done, 1, 0) == 1)
-            return tcp_connect_done(fd, done.revents == POLLOUT);
-        return mpa_watch(EPOLLOUT);
+        // The request's first write asks whether the handshake is done, in
+        // the same system call: a socket still connecting takes nothing
+        // (EAGAIN) and is watched, as is one that took part of it; one
+        // refused meanwhile fails with the connect's error.
+        const int err = out_.write(fd);
+        if (err == EAGAIN)
+            return mpa_watch(EPOLLOUT);
+        step_ = Step::kIdle;
+        if (err != 0)
+            return mpa_failed(MpaFailure::kTcpConnect, err, "TCP connect failed");
+        mpa_connected();
+        return mpa_sent();
     }
     // Loopback refuses at once.
     step_ = Step::kIdle;

@@ -93,7 +93,8 @@ class MpaExchange {
     // mpa_connected() and then `request` goes out as by send_frame(). To an
     // address of this host the handshake has usually finished inside
     // connect() (the kernel runs both ends before it returns): then the
-    // request goes out at once, without a round through the engine.
+    // request goes out at once, without a round through the engine, and
+    // its first write is what finds that out (no poll first).
     void connect_and_request(int fd, const sockaddr* destination, socklen_t length,
                              PendingWrite request);
     // Sends `frame`; mpa_sent() when all of it is out.
