@@ -171,7 +171,7 @@ cm::MpaPolicy consume_policy(FuzzedDataProvider& fdp) {
     return p;
 }
 
-// What fpdu_mss can give: 0 when unknown, else a TCP_MAXSEG.
+// What tcp_mss can give: 0 when unknown, else a TCP_MAXSEG.
 int consume_mss(FuzzedDataProvider& fdp) {
     return fdp.ConsumeIntegralInRange<int>(0, 65535);
 }
@@ -347,7 +347,8 @@ void initiator_reads(FuzzedDataProvider& fdp) {
     const cm::ReplyOutcome out = cm::judge_reply(policy, offer, reply, max_ird_ord);
     check_reply_outcome(out, offer, reply, max_ird_ord);
     if (out.status == 0) {
-        const usiw::StreamParams s = cm::initiator_stream(out, consume_mss(fdp));
+        const usiw::StreamParams s =
+            cm::initiator_stream(out, [mss = consume_mss(fdp)] { return mss; });
         CHECK(s.initiator && s.crc == out.crc && s.send_rtr == out.send_rtr);
         CHECK(s.ird == out.ird && s.ord == out.ord);
         CHECK(s.max_fpdu >= 64 && s.max_fpdu <= 65536 && s.max_fpdu % 8 == 0);
@@ -430,8 +431,9 @@ void usiw_to_usiw(FuzzedDataProvider& fdp) {
     // The streams both ends hand their QPs, over one TCP connection (one
     // MSS): they frame alike...
     const int mss = consume_mss(fdp);
-    const usiw::StreamParams is = cm::initiator_stream(out, mss);
-    const usiw::StreamParams rs = cm::responder_stream(o, terms, mss);
+    const auto read_mss = [mss] { return mss; };
+    const usiw::StreamParams is = cm::initiator_stream(out, read_mss);
+    const usiw::StreamParams rs = cm::responder_stream(o, terms, read_mss);
     CHECK(is.initiator && !rs.initiator && rs.hold_tx_until_first_rx);
     CHECK(is.crc == rs.crc);
     CHECK(is.max_fpdu == rs.max_fpdu);

@@ -165,9 +165,7 @@ void MpaExchange::read_on(int fd) {
     }
 }
 
-int fpdu_mss(int fd, bool gso_both) {
-    if (gso_both)
-        return 0;
+int tcp_mss(int fd) {
     int mss = 0;
     socklen_t len = sizeof mss;
     return getsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &len) == 0 ? mss : 0;

@@ -131,10 +131,8 @@ class MpaExchange {
     PendingWrite out_;
 };
 
-// The MSS fpdu_budget sizes a stream's FPDUs by: the socket's TCP maximum
-// segment size, or 0 if it cannot be read. With the GSO hint on both sides
-// the budget is 64 KiB whatever the MSS, so the socket is not asked: one
-// system call fewer per connection set up.
-int fpdu_mss(int fd, bool gso_both);
+// The socket's TCP maximum segment size, or 0 if it cannot be read (for
+// fpdu_budget).
+int tcp_mss(int fd);
 
 }  // namespace usiw::cm

@@ -169,26 +169,28 @@ wire::MpaFrame reject_frame(const RequestOutcome& request, bool gso_hint,
     return f;
 }
 
-size_t fpdu_budget(bool gso_both, int mss) {
+size_t fpdu_budget(bool gso_both, const std::function<int()>& read_mss) {
     if (gso_both)
         return 65536;
+    int mss = read_mss();
     if (mss < 64)
         mss = 1448;  // unknown: the usual Ethernet MSS
     return static_cast<size_t>(mss) & ~size_t{7};
 }
 
-StreamParams initiator_stream(const ReplyOutcome& reply, int mss) {
+StreamParams initiator_stream(const ReplyOutcome& reply, const std::function<int()>& read_mss) {
     StreamParams params;
     params.crc = reply.crc;
     params.initiator = true;
     params.send_rtr = reply.send_rtr;
     params.ird = reply.ird;
     params.ord = reply.ord;
-    params.max_fpdu = fpdu_budget(reply.gso_both, mss);
+    params.max_fpdu = fpdu_budget(reply.gso_both, read_mss);
     return params;
 }
 
-StreamParams responder_stream(const RequestOutcome& request, const Terms& terms, int mss) {
+StreamParams responder_stream(const RequestOutcome& request, const Terms& terms,
+                              const std::function<int()>& read_mss) {
     StreamParams params;
     params.crc = request.crc;
     params.initiator = false;
@@ -198,7 +200,7 @@ StreamParams responder_stream(const RequestOutcome& request, const Terms& terms,
     params.expect_send_rtr = request.rtr == wire::kRtrSend;
     params.ird = terms.ird;
     params.ord = terms.ord;
-    params.max_fpdu = fpdu_budget(request.gso_both, mss);
+    params.max_fpdu = fpdu_budget(request.gso_both, read_mss);
     return params;
 }
 

@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include "datapath/attach.h"
@@ -108,13 +109,16 @@ wire::MpaFrame reject_frame(const RequestOutcome& request, bool gso_hint,
 // --- both ---
 
 // The FPDU budget: 64 KiB when both sides set the GSO hint, else the MSS
-// rounded down to a multiple of 8 (as siw sizes its FPDUs).
-size_t fpdu_budget(bool gso_both, int mss);
+// rounded down to a multiple of 8 (as siw sizes its FPDUs). `read_mss`
+// gives the MSS (0: unknown) and is called only in the second case: the
+// socket is asked (tcp_mss, a system call) only when its answer is used.
+size_t fpdu_budget(bool gso_both, const std::function<int()>& read_mss);
 
 // The stream an MPA exchange set up, for qp_attach_stream (its fd not yet
 // set): the initiator's from the reply it accepted, the responder's from
-// the request it answered and its terms. `mss` is the socket's (fpdu_mss).
-StreamParams initiator_stream(const ReplyOutcome& reply, int mss);
-StreamParams responder_stream(const RequestOutcome& request, const Terms& terms, int mss);
+// the request it answered and its terms. `read_mss` as for fpdu_budget.
+StreamParams initiator_stream(const ReplyOutcome& reply, const std::function<int()>& read_mss);
+StreamParams responder_stream(const RequestOutcome& request, const Terms& terms,
+                              const std::function<int()>& read_mss);
 
 }  // namespace usiw::cm

@@ -330,7 +330,7 @@ void ActiveLink::mpa_received(const wire::MpaFrame& reply) {
         return fail(r, "the MPA reply carries no rendezvous data");
     if (const ReplyJudgment j = judge_reply(sent_, data.message); j.action != ReplyAction::kAttach)
         return fail(r, j.why);
-    StreamParams params = initiator_stream(outcome, fpdu_mss(fd(), outcome.gso_both));
+    StreamParams params = initiator_stream(outcome, [this] { return tcp_mss(fd()); });
     params.keep_qp_state = true;
     params.linger_after_peer_gone = true;
     r->active = nullptr;
@@ -436,7 +436,7 @@ void PassiveLink::accept(QpRecord* r) {
 }
 
 void PassiveLink::attach_responder() {
-    StreamParams params = responder_stream(outcome_, terms_, fpdu_mss(fd(), outcome_.gso_both));
+    StreamParams params = responder_stream(outcome_, terms_, [this] { return tcp_mss(fd()); });
     params.keep_qp_state = true;
     params.linger_after_peer_gone = true;
     QpRecord* r = owner_;
