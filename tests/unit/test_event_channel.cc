@@ -206,6 +206,8 @@ struct StepClient final : usiw::cm::EngineClient {
     EventCounts counts;
     int runs = 0;  // with the CM lock
     std::thread::id ran_on{};
+    int pushed = 0;
+    int signalled_in_step = 0;  // pushes after which the channel's event count was readable
     StepClient(EventChannel* c, int socket) : channel(c), fd(socket) {}
     void on_io(uint32_t) override {
         ++runs;
@@ -217,6 +219,10 @@ struct StepClient final : usiw::cm::EngineClient {
             auto* e = new CmEvent;
             e->counts = &counts;
             channel_push(channel, e);
+            ++pushed;
+            // The count, not the channel's fd: the fd also polls readable
+            // for the bytes of this socket still unread.
+            signalled_in_step += fd_readable(channel->event_count);
         }
     }
     void on_timer() override {}
@@ -291,6 +297,79 @@ void test_get_does_the_work_of_lent_sockets(void**) {
     channel_destroy(c);
 }
 
+// The events a reader's own step queues are not counted in the eventfd
+// while the reader goes on to take one of them (a write and a read that
+// cancel out): the fd does not poll readable during the step. What the
+// reader leaves is counted when it returns, so the fd polls readable
+// exactly while events wait, and each one is taken once.
+void test_reader_holds_the_counts_of_its_own_events(void**) {
+    using usiw::cm::cm_mutex;
+    using usiw::cm::Engine;
+    EventChannel* c = channel_create();
+    assert_non_null(c);
+    int ends[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, ends), 0);
+    StepClient client(c, ends[0]);
+    uint64_t token;
+    {
+        std::lock_guard lock(cm_mutex());
+        token = Engine::get().watch_lent(ends[0], EPOLLIN, &client, channel_waiter_set(c), 60000);
+    }
+    assert_true(token != 0);
+
+    // One event: taken by the reader whose step queued it, never signalled.
+    assert_int_equal(send(ends[1], "e", 1, 0), 1);
+    CmEvent* event = nullptr;
+    assert_int_equal(channel_get(c, &event), 0);
+    assert_non_null(event);
+    event_ack(event);
+    assert_false(fd_readable(c->channel.fd));
+
+    // Three from one step, one of them taken: two are signalled on return.
+    assert_int_equal(send(ends[1], "eee", 3, 0), 3);
+    assert_int_equal(channel_get(c, &event), 0);
+    event_ack(event);
+    {
+        std::lock_guard lock(cm_mutex());
+        assert_int_equal(client.pushed, 4);
+        assert_int_equal(client.signalled_in_step, 0);
+    }
+    assert_true(fd_readable(c->channel.fd));
+    assert_int_equal(fcntl(c->channel.fd, F_SETFL, O_NONBLOCK), 0);
+    for (int i = 0; i < 2; ++i) {
+        event = nullptr;
+        assert_int_equal(channel_get(c, &event), 0);
+        assert_non_null(event);
+        event_ack(event);
+    }
+    assert_false(fd_readable(c->channel.fd));
+    assert_int_equal(channel_get(c, &event), EAGAIN);
+    uint64_t count;
+    assert_int_equal(read(c->event_count, &count, sizeof count), -1);  // none left over
+    assert_int_equal(errno, EAGAIN);
+
+    // Pushed by another thread's step (the engine's): signalled at once.
+    {
+        std::lock_guard lock(cm_mutex());
+        channel_stop_lending(c);
+    }
+    assert_int_equal(send(ends[1], "e", 1, 0), 1);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!fd_readable(c->channel.fd) && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    assert_int_equal(channel_get(c, &event), 0);
+    event_ack(event);
+    {
+        std::lock_guard lock(cm_mutex());
+        assert_int_equal(client.pushed, 5);
+        assert_int_equal(client.signalled_in_step, 1);
+        Engine::get().unwatch(&token, ends[0]);
+    }
+    close(ends[0]);
+    close(ends[1]);
+    channel_destroy(c);
+}
+
 }  // namespace
 
 int main(void) {
@@ -299,6 +378,7 @@ int main(void) {
         cmocka_unit_test(test_destroy_while_reader_waits),
         cmocka_unit_test(test_destroy_without_readers),
         cmocka_unit_test(test_get_does_the_work_of_lent_sockets),
+        cmocka_unit_test(test_reader_holds_the_counts_of_its_own_events),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

@@ -12,6 +12,7 @@
 #include <deque>
 #include <mutex>
 #include <new>
+#include <utility>
 
 #include "cm/cm_engine.h"
 #include "host/settings.h"
@@ -146,15 +147,80 @@ void channel_stop_lending(EventChannel* c) {
     Engine::get().reclaim_lent(c->channel.fd);
 }
 
+namespace {
+
+// Adds `n` to the channel's event count: n more events may be taken.
+void signal_events(EventChannel* c, uint64_t n) {
+    if (write(c->event_count, &n, sizeof n) != sizeof n)
+        log_error("rdma_cm: event channel fd %d: cannot signal an event: %s", c->channel.fd,
+                  strerror(errno));
+}
+
+// The events a reader's own step queued on its channel, not yet counted in
+// the eventfd. The reader takes the first of them next, so counting it
+// would be a write for the reader's next read to undo: two system calls
+// per connection at each end (the client's ESTABLISHED, the server's
+// CONNECT_REQUEST). Held counts are spent as the reader takes events;
+// what is left is counted when the reader returns, so another thread
+// polling the fd sees those events then. Counts are interchangeable (one
+// per queued event, whoever queued it), so a held one may pay for an
+// older event at the queue's front.
+class HeldCounts {
+  public:
+    explicit HeldCounts(EventChannel* c) : c_(c) {}
+    ~HeldCounts() {
+        if (held_ > 0)
+            signal_events(c_, held_);
+    }
+    HeldCounts(const HeldCounts&) = delete;
+    HeldCounts& operator=(const HeldCounts&) = delete;
+
+    // While a step runs in this thread: its pushes to this channel are held.
+    class Holding {
+      public:
+        explicit Holding(HeldCounts* h) : outer_(holding_) { holding_ = h; }
+        ~Holding() { holding_ = outer_; }
+        Holding(const Holding&) = delete;
+        Holding& operator=(const Holding&) = delete;
+
+      private:
+        HeldCounts* outer_;
+    };
+
+    // Holds the count of an event pushed to `c` if this thread's step is
+    // holding that channel's counts.
+    static bool hold(EventChannel* c) {
+        if (!holding_ || holding_->c_ != c)
+            return false;
+        ++holding_->held_;
+        return true;
+    }
+
+    // Spends a held count, if there is one.
+    bool take() {
+        if (held_ == 0)
+            return false;
+        --held_;
+        return true;
+    }
+
+  private:
+    static thread_local HeldCounts* holding_;
+    EventChannel* c_;
+    uint64_t held_ = 0;
+};
+
+thread_local HeldCounts* HeldCounts::holding_ = nullptr;
+
+}  // namespace
+
 void channel_push(EventChannel* c, CmEvent* event) {
     {
         std::lock_guard lock(c->queue_mutex);
         c->queue.push_back(event);
     }
-    const uint64_t one = 1;
-    if (write(c->event_count, &one, sizeof one) != sizeof one)
-        log_error("rdma_cm: event channel fd %d: cannot signal an event: %s", c->channel.fd,
-                  strerror(errno));
+    if (!HeldCounts::hold(c))
+        signal_events(c, 1);
 }
 
 namespace {
@@ -190,13 +256,12 @@ class Reader {
     bool late_ = false;
 };
 
-}  // namespace
-
 // Waits on the channel's set (up to forever if `blocking`, else not at
-// all) and runs the sockets found ready there, lent by the CM engine.
-// Returns how many it ran (0 if only the event count was ready, or
-// nothing), or -errno.
-int run_lent_sockets(EventChannel* c, bool blocking) {
+// all) and runs the sockets found ready there, lent by the CM engine; the
+// counts of the events their steps queue on `c` go to `held`. Returns how
+// many of the set's members were ready, or -errno; `*count_ready` says
+// whether the event count was among them.
+int run_lent_sockets(EventChannel* c, bool blocking, HeldCounts* held, bool* count_ready) {
     epoll_event ready[kLentSocketsPerWait];
     int n;
     do {
@@ -205,21 +270,44 @@ int run_lent_sockets(EventChannel* c, bool blocking) {
         // fd, which this replaces, restarts after a handler (SA_RESTART,
         // as signal() installs them).
     } while (n < 0 && errno == EINTR);
+    *count_ready = false;
     if (n < 0)
         return -errno;
-    int ran = 0;
-    for (int i = 0; i < n; ++i)
-        ran += ready[i].data.u64 != kEventCountToken;
-    if (ran == 0)
-        return 0;
+    bool lent_ready = false;
+    for (int i = 0; i < n; ++i) {
+        *count_ready |= ready[i].data.u64 == kEventCountToken;
+        lent_ready |= ready[i].data.u64 != kEventCountToken;
+    }
+    if (!lent_ready)
+        return n;
     std::lock_guard lock(cm_mutex());
+    const HeldCounts::Holding holding(held);
     InboxDrainScope inbox;
     Engine& engine = Engine::get();
     for (int i = 0; i < n; ++i)
         if (ready[i].data.u64 != kEventCountToken)
             engine.run_lent(ready[i].data.u64, c->channel.fd, ready[i].events);
-    return ran;
+    return n;
 }
+
+// Takes one count from the eventfd: 0, EAGAIN when it has none, or an
+// errno value. Unless the count was just seen ready, the queue is looked at
+// first: counts are added after their events are queued and taken before
+// events leave the queue, so an empty queue has none, and no read is
+// needed. (A destroyed channel's queue was emptied under its counts.)
+int take_count(EventChannel* c, bool count_ready) {
+    if (!count_ready) {
+        std::lock_guard lock(c->queue_mutex);
+        if (c->queue.empty() && !c->destroyed)
+            return EAGAIN;
+    }
+    uint64_t count;
+    if (read(c->event_count, &count, sizeof count) != sizeof count)
+        return errno;
+    return 0;
+}
+
+}  // namespace
 
 int channel_get(EventChannel* c, CmEvent** out) {
     const Reader reader(c);
@@ -231,21 +319,29 @@ int channel_get(EventChannel* c, CmEvent** out) {
         for (;;)
             pause();  // a cancellation point, as read() is
     }
+    HeldCounts held(c);  // after the Reader: counted while the fd is open
+    bool count_ready = false;
     for (;;) {
-        uint64_t count;
-        if (read(c->event_count, &count, sizeof count) != sizeof count) {
-            if (errno != EAGAIN)
-                return errno;
-            // Nothing queued: do what the lent sockets have, waiting for
-            // them as the fd's blocking mode says, and look again.
-            const int flags = fcntl(c->channel.fd, F_GETFL);
-            const bool blocking = flags >= 0 && !(flags & O_NONBLOCK);
-            const int ran = run_lent_sockets(c, blocking);
-            if (ran < 0)
-                return -ran;
-            if (ran == 0 && !blocking)
-                return EAGAIN;
-            continue;
+        if (!held.take()) {
+            const int err = take_count(c, std::exchange(count_ready, false));
+            if (err != 0 && err != EAGAIN)
+                return err;
+            if (err == EAGAIN) {
+                // Nothing queued: do what the lent sockets have and look
+                // again. Often something is ready (the program polled the
+                // fd first), so the fd's blocking mode (O_NONBLOCK set with
+                // fcntl is honoured) is asked only when nothing is.
+                int ready = run_lent_sockets(c, false, &held, &count_ready);
+                if (ready == 0) {
+                    const int flags = fcntl(c->channel.fd, F_GETFL);
+                    if (flags < 0 || (flags & O_NONBLOCK))
+                        return EAGAIN;
+                    ready = run_lent_sockets(c, true, &held, &count_ready);
+                }
+                if (ready < 0)
+                    return -ready;
+                continue;
+            }
         }
         std::lock_guard lock(c->queue_mutex);
         if (c->queue.empty()) {

@@ -15,7 +15,10 @@
 // frame, answer it, attach the stream), which queues the events, and looks
 // again. A program that polls the fd is woken the same way, and its call
 // does the work. So on a connection's critical path the thread woken is
-// the one that wants the event, and the engine's thread sleeps.
+// the one that wants the event, and the engine's thread sleeps. The
+// events that work queues on the waiter's own channel are counted only
+// when the waiter returns, less the one it takes (a count written to be
+// read back at once would be two system calls for nothing).
 //
 // An event queued for an id that is destroyed (or migrated) before the
 // application took it is withdrawn: its slot becomes empty and the count
