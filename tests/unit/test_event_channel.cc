@@ -228,6 +228,59 @@ struct StepClient final : usiw::cm::EngineClient {
     void on_timer() override {}
 };
 
+// A channel and a StepClient whose socket is lent to the channel's
+// waiters; the other end of the socket is `peer`.
+struct LentSocket {
+    EventChannel* c = channel_create();
+    int ends[2] = {-1, -1};
+    int& peer = ends[1];
+    StepClient* client = nullptr;
+    uint64_t token = 0;
+
+    LentSocket() {
+        assert_non_null(c);
+        assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, ends), 0);
+        client = new StepClient(c, ends[0]);
+        std::lock_guard lock(usiw::cm::cm_mutex());
+        const int waiter_set = channel_waiter_set(c);
+        assert_int_equal(waiter_set, c->channel.fd);
+        token = usiw::cm::Engine::get().watch_lent(ends[0], EPOLLIN, client, waiter_set, 60000);
+        assert_true(token != 0);
+    }
+    ~LentSocket() {
+        {
+            std::lock_guard lock(usiw::cm::cm_mutex());
+            usiw::cm::Engine::get().unwatch(&token, ends[0]);
+        }
+        delete client;
+        close(ends[0]);
+        close(ends[1]);
+        channel_destroy(c);
+    }
+    LentSocket(const LentSocket&) = delete;
+    LentSocket& operator=(const LentSocket&) = delete;
+
+    // Ends the loan: the engine's thread serves the socket from now on.
+    void stop_lending() {
+        std::lock_guard lock(usiw::cm::cm_mutex());
+        channel_stop_lending(c);
+        assert_int_equal(channel_waiter_set(c), -1);
+        assert_false(usiw::cm::Engine::get().lent(token));
+    }
+
+    // Sends 'e' for the engine's thread to queue an event, waits until the
+    // channel's fd says it is there, and takes it.
+    void event_from_engine() {
+        assert_int_equal(send(peer, "e", 1, 0), 1);
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        while (!fd_readable(c->channel.fd) && std::chrono::steady_clock::now() < deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        CmEvent* event = nullptr;
+        assert_int_equal(channel_get(c, &event), 0);
+        event_ack(event);
+    }
+};
+
 // rdma_get_cm_event with nothing queued does the work of the sockets lent
 // to its channel in its own thread, and returns the event that work
 // queued; a poll of the channel's fd sees such a socket's data. A
@@ -236,23 +289,12 @@ struct StepClient final : usiw::cm::EngineClient {
 // the socket back.
 void test_get_does_the_work_of_lent_sockets(void**) {
     using usiw::cm::cm_mutex;
-    using usiw::cm::Engine;
-    EventChannel* c = channel_create();
-    assert_non_null(c);
-    int ends[2];
-    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, ends), 0);
-    StepClient client(c, ends[0]);
-    uint64_t token;
-    {
-        std::lock_guard lock(cm_mutex());
-        const int waiter_set = channel_waiter_set(c);
-        assert_int_equal(waiter_set, c->channel.fd);
-        token = Engine::get().watch_lent(ends[0], EPOLLIN, &client, waiter_set, 60000);
-    }
-    assert_true(token != 0);
+    LentSocket lent;
+    EventChannel* c = lent.c;
+    StepClient& client = *lent.client;
 
     assert_false(fd_readable(c->channel.fd));
-    assert_int_equal(send(ends[1], "e", 1, 0), 1);
+    assert_int_equal(send(lent.peer, "e", 1, 0), 1);
     assert_true(fd_readable(c->channel.fd));
     CmEvent* event = nullptr;
     assert_int_equal(channel_get(c, &event), 0);  // blocking
@@ -265,10 +307,10 @@ void test_get_does_the_work_of_lent_sockets(void**) {
     }
 
     assert_int_equal(fcntl(c->channel.fd, F_SETFL, O_NONBLOCK), 0);
-    assert_int_equal(send(ends[1], "n", 1, 0), 1);
+    assert_int_equal(send(lent.peer, "n", 1, 0), 1);
     event = nullptr;
     assert_int_equal(channel_get(c, &event), EAGAIN);
-    assert_int_equal(send(ends[1], "e", 1, 0), 1);
+    assert_int_equal(send(lent.peer, "e", 1, 0), 1);
     assert_int_equal(channel_get(c, &event), 0);
     assert_non_null(event);
     event_ack(event);
@@ -276,49 +318,27 @@ void test_get_does_the_work_of_lent_sockets(void**) {
         std::lock_guard lock(cm_mutex());
         assert_int_equal(client.runs, 3);
         assert_true(client.ran_on == std::this_thread::get_id());
-        channel_stop_lending(c);
-        assert_int_equal(channel_waiter_set(c), -1);
-        assert_false(Engine::get().lent(token));
     }
-    assert_int_equal(send(ends[1], "e", 1, 0), 1);  // the engine's now
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (!fd_readable(c->channel.fd) && std::chrono::steady_clock::now() < deadline)
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    assert_int_equal(channel_get(c, &event), 0);
-    event_ack(event);
-    {
-        std::lock_guard lock(cm_mutex());
-        assert_int_equal(client.runs, 4);
-        assert_true(client.ran_on != std::this_thread::get_id());
-        Engine::get().unwatch(&token, ends[0]);
-    }
-    close(ends[0]);
-    close(ends[1]);
-    channel_destroy(c);
+    lent.stop_lending();
+    lent.event_from_engine();
+    std::lock_guard lock(cm_mutex());
+    assert_int_equal(client.runs, 4);
+    assert_true(client.ran_on != std::this_thread::get_id());
 }
 
 // The events a reader's own step queues are not counted in the eventfd
 // while the reader goes on to take one of them (a write and a read that
-// cancel out): the fd does not poll readable during the step. What the
+// cancel out): the count is not readable during the step. What the
 // reader leaves is counted when it returns, so the fd polls readable
 // exactly while events wait, and each one is taken once.
 void test_reader_holds_the_counts_of_its_own_events(void**) {
     using usiw::cm::cm_mutex;
-    using usiw::cm::Engine;
-    EventChannel* c = channel_create();
-    assert_non_null(c);
-    int ends[2];
-    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, ends), 0);
-    StepClient client(c, ends[0]);
-    uint64_t token;
-    {
-        std::lock_guard lock(cm_mutex());
-        token = Engine::get().watch_lent(ends[0], EPOLLIN, &client, channel_waiter_set(c), 60000);
-    }
-    assert_true(token != 0);
+    LentSocket lent;
+    EventChannel* c = lent.c;
+    StepClient& client = *lent.client;
 
     // One event: taken by the reader whose step queued it, never signalled.
-    assert_int_equal(send(ends[1], "e", 1, 0), 1);
+    assert_int_equal(send(lent.peer, "e", 1, 0), 1);
     CmEvent* event = nullptr;
     assert_int_equal(channel_get(c, &event), 0);
     assert_non_null(event);
@@ -326,7 +346,7 @@ void test_reader_holds_the_counts_of_its_own_events(void**) {
     assert_false(fd_readable(c->channel.fd));
 
     // Three from one step, one of them taken: two are signalled on return.
-    assert_int_equal(send(ends[1], "eee", 3, 0), 3);
+    assert_int_equal(send(lent.peer, "eee", 3, 0), 3);
     assert_int_equal(channel_get(c, &event), 0);
     event_ack(event);
     {
@@ -349,25 +369,11 @@ void test_reader_holds_the_counts_of_its_own_events(void**) {
     assert_int_equal(errno, EAGAIN);
 
     // Pushed by another thread's step (the engine's): signalled at once.
-    {
-        std::lock_guard lock(cm_mutex());
-        channel_stop_lending(c);
-    }
-    assert_int_equal(send(ends[1], "e", 1, 0), 1);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (!fd_readable(c->channel.fd) && std::chrono::steady_clock::now() < deadline)
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    assert_int_equal(channel_get(c, &event), 0);
-    event_ack(event);
-    {
-        std::lock_guard lock(cm_mutex());
-        assert_int_equal(client.pushed, 5);
-        assert_int_equal(client.signalled_in_step, 1);
-        Engine::get().unwatch(&token, ends[0]);
-    }
-    close(ends[0]);
-    close(ends[1]);
-    channel_destroy(c);
+    lent.stop_lending();
+    lent.event_from_engine();
+    std::lock_guard lock(cm_mutex());
+    assert_int_equal(client.pushed, 5);
+    assert_int_equal(client.signalled_in_step, 1);
 }
 
 }  // namespace
