@@ -188,6 +188,12 @@ void Connection::mpa_sent() {
     switch (state_) {
         case ConnState::kSendingRequest:
             enter(ConnState::kAwaitingReply);
+            // All the stream's options now, while the responder reads the
+            // request, not before the connect, where each system call
+            // delayed it: attaching the stream then sets none. (The
+            // request, a new connection's first bytes, left in one segment
+            // whatever TCP_NODELAY says.)
+            socket_ = {true, stream_socket_setup(fd_.get())};
             return receive_frame(wire::MpaKind::kReply);
         case ConnState::kSendingReply:
             if (const int err = reply_sent())
@@ -292,9 +298,6 @@ int Connection::connect(CmId* id, Qp* qp, uint16_t ird, uint16_t ord,
     conn->id_ = id;
     id->conn = conn;
     cm::enter(&id->state, IdState::kConnecting, id);
-    // All the stream's options now, TCP_NODELAY for the MPA request among
-    // them: attaching the stream then sets none.
-    conn->socket_ = {true, stream_socket_setup(conn->fd_.get())};
     log_debug(
         "rdma_cm: connecting to %s: MPA rev %u%s, IRD %u ORD %u, CRC %s, RTR offered %s, %zu "
         "bytes of private data",
