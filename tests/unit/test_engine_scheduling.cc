@@ -620,6 +620,33 @@ void test_channel_wait_polling(void**) {
     assert_int_equal(off.poll_ns(), 0);
 }
 
+// After a round of bulk input (kBulkBytes or more read) the engine's thread
+// looks without sleeping for its budget, counted from the last such round;
+// smaller rounds neither start nor extend it. A budget of 0 never polls.
+void test_bulk_input_poll(void**) {
+    using usiw::BulkInputPoll;
+    constexpr uint64_t kBudget = 50'000;
+    constexpr size_t kBulk = BulkInputPoll::kBulkBytes;
+    BulkInputPoll p(kBudget);
+    const uint64_t t0 = 1'000'000'000;
+    assert_false(p.polling(t0));
+    assert_false(p.bulk(0));
+    assert_false(p.bulk(kBulk - 1));
+    assert_true(p.bulk(kBulk));
+    assert_true(p.bulk(4 * kBulk));
+    p.start(t0);
+    assert_true(p.polling(t0));
+    assert_true(p.polling(t0 + kBudget - 1));
+    assert_false(p.polling(t0 + kBudget));
+    // Another bulk round within the budget: counted from it.
+    p.start(t0 + kBudget / 2);
+    assert_true(p.polling(t0 + kBudget));
+    assert_false(p.polling(t0 + kBudget / 2 + kBudget));
+    BulkInputPoll off(0);
+    assert_false(off.bulk(4 * kBulk));
+    assert_false(off.polling(t0));
+}
+
 // When the engine's thread under real time looks which CPU processes its
 // input, and when it moves there.
 void test_input_cpu_follower(void**) {
@@ -708,6 +735,7 @@ int main(void) {
         cmocka_unit_test(test_progress_lock_wait),
         cmocka_unit_test(test_zero_threshold_counts_every_round),
         cmocka_unit_test(test_channel_wait_polling),
+        cmocka_unit_test(test_bulk_input_poll),
         cmocka_unit_test(test_direct_read_choice),
         cmocka_unit_test(test_input_cpu_follower),
         cmocka_unit_test(test_move_to_cpu),

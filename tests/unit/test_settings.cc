@@ -61,6 +61,7 @@ void test_registry_lists_every_setting(void**) {
         "USIW_ENGINE_LATE_US",
         "USIW_TX_BATCH_US",
         "USIW_CQ_EVENT_POLL_US",
+        "USIW_ENGINE_POLL_US",
         "USIW_PLACEMENT_COPY",
         "USIW_PEER_TIMEOUT_MS",
         "USIW_CM_CHANNEL_WAIT_MS",
@@ -177,38 +178,38 @@ void test_engine_late(void**) {
     unsetenv("USIW_ENGINE_LATE_US");
 }
 
-// USIW_TX_BATCH_US: microseconds up to a second, 0 for off; unset,
-// malformed or too large means the default.
-void test_tx_batch(void**) {
-    unsetenv("USIW_TX_BATCH_US");
-    assert_int_equal(settings::tx_batch_ns(), 20'000);
-    assert_int_equal(settings::tx_batch_ns(), settings::kTxBatchDefaultNs);
-    setenv("USIW_TX_BATCH_US", "0", 1);
-    assert_int_equal(settings::tx_batch_ns(), 0);
-    setenv("USIW_TX_BATCH_US", "1000000", 1);
-    assert_int_equal(settings::tx_batch_ns(), 1'000'000'000);
+// A setting in microseconds up to a second where 0 means off, read in
+// nanoseconds by `value`: unset, malformed or too large means `fallback`.
+void check_us_or_off(const char* name, uint64_t (*value)(), uint64_t fallback) {
+    unsetenv(name);
+    assert_int_equal(value(), fallback);
+    setenv(name, "0", 1);
+    assert_int_equal(value(), 0);
+    setenv(name, "1000000", 1);
+    assert_int_equal(value(), 1'000'000'000);
     for (const char* bad : {"-5", "20us", "", "1000001", "99999999999999999999"}) {
-        setenv("USIW_TX_BATCH_US", bad, 1);
-        assert_int_equal(settings::tx_batch_ns(), settings::kTxBatchDefaultNs);
+        setenv(name, bad, 1);
+        assert_int_equal(value(), fallback);
     }
-    unsetenv("USIW_TX_BATCH_US");
+    unsetenv(name);
 }
 
-// USIW_CQ_EVENT_POLL_US: microseconds up to a second, 0 for off; unset,
-// malformed or too large means the default.
+// USIW_TX_BATCH_US, USIW_CQ_EVENT_POLL_US, USIW_ENGINE_POLL_US.
+void test_tx_batch(void**) {
+    assert_int_equal(settings::kTxBatchDefaultNs, 20'000);
+    check_us_or_off("USIW_TX_BATCH_US", settings::tx_batch_ns, settings::kTxBatchDefaultNs);
+}
+
 void test_cq_event_poll(void**) {
-    unsetenv("USIW_CQ_EVENT_POLL_US");
-    assert_int_equal(settings::cq_event_poll_ns(), 50'000);
-    assert_int_equal(settings::cq_event_poll_ns(), settings::kCqEventPollDefaultNs);
-    setenv("USIW_CQ_EVENT_POLL_US", "0", 1);
-    assert_int_equal(settings::cq_event_poll_ns(), 0);
-    setenv("USIW_CQ_EVENT_POLL_US", "1000000", 1);
-    assert_int_equal(settings::cq_event_poll_ns(), 1'000'000'000);
-    for (const char* bad : {"-1", "50us", "", "1000001"}) {
-        setenv("USIW_CQ_EVENT_POLL_US", bad, 1);
-        assert_int_equal(settings::cq_event_poll_ns(), settings::kCqEventPollDefaultNs);
-    }
-    unsetenv("USIW_CQ_EVENT_POLL_US");
+    assert_int_equal(settings::kCqEventPollDefaultNs, 50'000);
+    check_us_or_off("USIW_CQ_EVENT_POLL_US", settings::cq_event_poll_ns,
+                    settings::kCqEventPollDefaultNs);
+}
+
+void test_engine_poll(void**) {
+    assert_int_equal(settings::kEnginePollDefaultNs, 50'000);
+    check_us_or_off("USIW_ENGINE_POLL_US", settings::engine_poll_ns,
+                    settings::kEnginePollDefaultNs);
 }
 
 // A setting in milliseconds where 0 means off: `value` reads `name`;
@@ -342,6 +343,7 @@ int main(void) {
         cmocka_unit_test(test_engine_late),
         cmocka_unit_test(test_tx_batch),
         cmocka_unit_test(test_cq_event_poll),
+        cmocka_unit_test(test_engine_poll),
         cmocka_unit_test(test_peer_timeout),
         cmocka_unit_test(test_cm_channel_wait),
         cmocka_unit_test(test_log_level),

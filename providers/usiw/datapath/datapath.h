@@ -34,8 +34,9 @@ void stream_terminate(Stream* s, const wire::TermCause& cause,
 
 // Receive (rx.cc).
 // Reads what the socket holds now, without waiting; whether it took
-// anything (bytes, the peer's close, an error).
-bool stream_receive(Stream* s);
+// anything (bytes, the peer's close, an error). Adds the bytes it read to
+// `*bytes`, if given.
+bool stream_receive(Stream* s, size_t* bytes = nullptr);
 // Takes the oldest receive WQE from an SRQ for an arriving message; false if
 // the SRQ is empty. Raises IBV_EVENT_SRQ_LIMIT_REACHED when armed and the
 // queue falls below the limit.

@@ -24,15 +24,18 @@ void BatchGovernor::leave_batch(uint64_t now_ns) {
     since_ns_ = now_ns;
 }
 
-EngineScheduling::EngineScheduling(EngineSchedMode mode, uint64_t late_ns) : governor_(late_ns) {
+EngineScheduling::EngineScheduling(EngineSchedMode mode, uint64_t late_ns)
+    : cpus_(std::max(sysconf(_SC_NPROCESSORS_ONLN), 1L)), governor_(late_ns) {
     if (mode == EngineSchedMode::kNormal)
         return;
-    if (sched_getscheduler(0) != SCHED_OTHER) {
+    if (const int policy = sched_getscheduler(0); policy != SCHED_OTHER) {
         log_debug("progress thread keeps the scheduling policy it inherited");
+        always_realtime_ = policy == SCHED_FIFO || policy == SCHED_RR;
         return;
     }
     if (mode == EngineSchedMode::kRealtime) {
-        if (!apply_realtime())
+        always_realtime_ = apply_realtime();
+        if (!always_realtime_)
             report_config_error(
                 "USIW_ENGINE_SCHED=realtime: SCHED_FIFO for the progress thread: %s; it keeps "
                 "the default policy (real-time needs CAP_SYS_NICE or an RLIMIT_RTPRIO of 1 or "
@@ -54,7 +57,6 @@ EngineScheduling::EngineScheduling(EngineSchedMode mode, uint64_t late_ns) : gov
         realtime_tier_ = mode == EngineSchedMode::kAuto;
         // Without it, only a run of late rounds tells (no_cpu_free()).
         loadavg_fd_ = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
-        cpus_ = std::max(sysconf(_SC_NPROCESSORS_ONLN), 1L);
     }
     if (!apply(true)) {
         adaptive_ = false;
@@ -111,6 +113,10 @@ bool EngineScheduling::no_cpu_free() const {
     if (std::sscanf(text, "%lf %lf %lf %ld/%ld", &avg1, &avg5, &avg15, &runnable, &threads) != 5)
         return false;
     return runnable - 1 >= cpus_;
+}
+
+bool EngineScheduling::may_poll_before_sleep() const {
+    return cpus_ > 1 && !always_realtime_ && !tier_.realtime() && !no_cpu_free();
 }
 
 void EngineScheduling::rebase() {

@@ -416,6 +416,36 @@ class ChannelWaitPolling {
     unsigned long_waits_ = 0;  // in a row, up to kLongWaits
 };
 
+// After a round of bulk input the progress thread keeps looking at its
+// sockets, without sleeping, for USIW_ENGINE_POLL_US (settings::
+// engine_poll_ns()). On loopback or a veth the sender's own system call
+// delivers each segment and wakes a sleeping reader, so each wake-up costs
+// both ends; a reader still looking needs none. Measured on loopback with
+// ib_write_bw at 1 MiB and a target that never polls: 21,300 wake-ups a
+// second of the target's progress thread without it (Documentation/
+// performance.md). Bulk is a round that read kBulkBytes or more: a peer
+// streaming (an FPDU of the size GSO allows, or several smaller). Small
+// messages never start it: a ping-pong's reader waits longer than the
+// budget for the next one, and would only burn the CPU. Each bulk round
+// starts the budget again.
+class BulkInputPoll {
+  public:
+    static constexpr size_t kBulkBytes = 64 * 1024;
+
+    explicit BulkInputPoll(uint64_t budget_ns) : budget_ns_(budget_ns) {}
+
+    // Whether a round that read `input_bytes` starts the budget (when the
+    // scheduling allows it: EngineScheduling::may_poll_before_sleep).
+    bool bulk(size_t input_bytes) const { return budget_ns_ != 0 && input_bytes >= kBulkBytes; }
+    void start(uint64_t now_ns) { until_ns_ = now_ns + budget_ns_; }
+    // Whether the thread looks without sleeping at `now_ns`.
+    bool polling(uint64_t now_ns) const { return until_ns_ != 0 && now_ns < until_ns_; }
+
+  private:
+    uint64_t budget_ns_;
+    uint64_t until_ns_ = 0;
+};
+
 // USIW_ENGINE_SCHED (host/settings.h): auto (BatchGovernor decides, and
 // RealtimeTier while every CPU is taken, where the process may ask for
 // real time; the default), fair (BatchGovernor alone), batch (always
@@ -473,6 +503,12 @@ class EngineScheduling {
     void step_aside();
     void step_back();
 
+    // Whether the thread may keep looking at its sockets for a while
+    // before it sleeps: with another CPU, not under real time (a spinning
+    // real-time thread takes its CPU from every normal one), and while some
+    // CPU is free (a thread waiting for one would wait out the looking).
+    bool may_poll_before_sleep() const;
+
     // Under real time, when a look is due (InputCpuFollower): the CPU that
     // last processed input on `fd`, a socket a round just found input on;
     // -1 otherwise. Called while the socket cannot be closed (under the
@@ -501,8 +537,9 @@ class EngineScheduling {
     bool no_cpu_free() const;
 
     bool adaptive_ = false;
-    bool realtime_tier_ = false;  // auto, until SCHED_FIFO is refused
-    bool aside_ = false;          // under SCHED_BATCH for step_aside
+    bool realtime_tier_ = false;    // auto, until SCHED_FIFO is refused
+    bool aside_ = false;            // under SCHED_BATCH for step_aside
+    bool always_realtime_ = false;  // realtime, or a real-time policy inherited
     int schedstat_fd_ = -1;
     int loadavg_fd_ = -1;
     long cpus_ = 1;

@@ -219,6 +219,7 @@ class Engine {
     // to be scheduled: engine_scheduling.h.
     void run() {
         EngineScheduling scheduling(settings::engine_sched(), settings::engine_late_ns());
+        BulkInputPoll bulk_poll(settings::engine_poll_ns());
         epoll_event events[kMaxReady];
         bool was_aside = false;  // since the last wait for the sockets
         for (;;) {
@@ -258,11 +259,21 @@ class Engine {
             // meanwhile is no longer named). Events left untaken because
             // the application polls again are level-triggered: its next
             // look takes them.
-            const timespec wait = plan_wait();
+            const bool polling = bulk_poll.polling(monotonic_ns());
+            if (polling)
+                awake();  // a hold need not wake it: it looks again at once
+            const timespec wait = polling ? timespec{} : plan_wait();
             const int taken = socket_watch_wait(events, kMaxReady, &wait);
             awake();
             if (taken < 0)
                 continue;
+            if (taken == 0 && polling) {
+                if (held_count_.load(std::memory_order_relaxed) > 0) {
+                    std::lock_guard lock(progress_mutex_);
+                    release_held(false, false);
+                }
+                continue;  // nothing yet: look again
+            }
             if (std::any_of(events, events + taken,
                             [](const epoll_event& e) { return e.data.u64 == kWakeWatchToken; }))
                 drain_wake();
@@ -293,11 +304,14 @@ class Engine {
                 scheduling.before_round();  // its bound counts from here
                 ReadyStream ready[kMaxReady];
                 const int n = socket_watch_resolve(events, taken, ready);
-                found = progress_ready(ready, n, &DeviceStats::progress_in_engine);
+                found =
+                    progress_ready(ready, n, &DeviceStats::progress_in_engine, nullptr, polling);
                 // Asked while the stream, and so its socket, is alive.
                 if (found.input_fd >= 0)
                     input_cpu = scheduling.input_cpu_to_follow(found.input_fd);
             }
+            if (bulk_poll.bulk(found.input_bytes) && scheduling.may_poll_before_sleep())
+                bulk_poll.start(monotonic_ns());
             scheduling.after_round(found.ready > 0, found.input > 0,
                                    last_app_poll_ns_.load(std::memory_order_relaxed));
             scheduling.follow_input(input_cpu);
@@ -315,6 +329,7 @@ class Engine {
         int input = 0;
         int input_elsewhere = 0;  // with input, and not the stream progress() was told of
         int input_fd = -1;        // the socket of the last stream with input
+        size_t input_bytes = 0;   // read from the sockets
     };
 
     // Takes one batch of ready streams, without waiting, and moves each
@@ -327,9 +342,11 @@ class Engine {
     }
 
     // Moves the `n` ready streams forward. Called with progress_mutex_ held,
-    // under which they were resolved.
+    // under which they were resolved. `after_poll`: the engine thread found
+    // them while it kept looking after bulk input (progress_after_poll).
     Round progress_ready(const ReadyStream* ready, int n,
-                         std::atomic<uint64_t> DeviceStats::*counter, const Stream* own = nullptr) {
+                         std::atomic<uint64_t> DeviceStats::*counter, const Stream* own = nullptr,
+                         bool after_poll = false) {
         Round found;
         found.ready = n;
         for (int i = 0; i < n; ++i) {
@@ -339,6 +356,8 @@ class Engine {
             if (s->dead.load())
                 continue;  // retired after this batch was fetched
             count(s->context->device->stats->*counter);
+            if (after_poll)
+                count(s->context->device->stats->progress_after_poll);
             // Zero-copy notifications wait; the work they release may let
             // a paused transmitter resume.
             if ((events & EPOLLERR) && stream_reap_zerocopy(s))
@@ -349,7 +368,7 @@ class Engine {
             if (input)
                 found.input_fd = s->fd;
             if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
-                stream_receive(s);
+                stream_receive(s, &found.input_bytes);
             if ((events & EPOLLOUT) && !s->dead.load())
                 stream_transmit(s, false);
             if (!s->dead.load())

@@ -1027,7 +1027,7 @@ class Receiver {
 };
 
 // Whether it took anything from the socket (bytes, its end or an error).
-bool receive_locked(Stream* s) {
+bool receive_locked(Stream* s, size_t* bytes) {
     if (s->dead.load() || s->ended.load())
         return false;
     if (s->peer_gone.load())
@@ -1065,6 +1065,7 @@ bool receive_locked(Stream* s) {
             n = recvmsg(s->fd, &msg, MSG_DONTWAIT);
             if (n > 0) {
                 took = true;
+                *bytes += static_cast<size_t>(n);
                 const size_t placed = std::min(static_cast<size_t>(n), payload);
                 count(s->context->device->stats->rx_bytes, static_cast<uint64_t>(n));
                 count(s->context->device->stats->rx_direct_bytes, placed);
@@ -1091,6 +1092,7 @@ bool receive_locked(Stream* s) {
             n = recv(s->fd, staging.data(), want, MSG_DONTWAIT);
             if (n > 0) {
                 took = true;
+                *bytes += static_cast<size_t>(n);
                 count(s->context->device->stats->rx_bytes, static_cast<uint64_t>(n));
                 if (!receiver.feed({staging.data(), static_cast<size_t>(n)}))
                     break;
@@ -1124,9 +1126,13 @@ bool receive_locked(Stream* s) {
 
 }  // namespace
 
-bool stream_receive(Stream* s) {
+bool stream_receive(Stream* s, size_t* bytes) {
+    size_t read = 0;
     std::lock_guard lock(s->rx_mutex);
-    return receive_locked(s);
+    const bool took = receive_locked(s, &read);
+    if (bytes)
+        *bytes += read;
+    return took;
 }
 
 bool srq_take(Srq* srq, RecvWqe* out) {

@@ -54,6 +54,9 @@ constexpr StatField kFields[] = {
     {"progress_by_recv", &DeviceStats::progress_by_recv,
      "of progress_in_poll: input a poll_cq read from the socket of its CQ's one QP "
      "without asking epoll first (one system call fewer per message)"},
+    {"progress_after_poll", &DeviceStats::progress_after_poll,
+     "of progress_in_engine: socket events the progress thread found while it kept looking "
+     "after bulk input instead of sleeping (USIW_ENGINE_POLL_US): no wake-up for them"},
     {"cq_events_polled", &DeviceStats::cq_events_polled,
      "completion events ibv_get_cq_event found without sleeping, as it polled first "
      "(USIW_CQ_EVENT_POLL_US): no thread woke for them"},

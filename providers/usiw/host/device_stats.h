@@ -17,7 +17,7 @@ namespace usiw {
 
 struct DeviceStats {
     static constexpr uint64_t kMagic = 0x7461747377697375;  // "usiwstat"
-    static constexpr uint32_t kVersion = 9;
+    static constexpr uint32_t kVersion = 10;
     uint64_t magic = kMagic;
     uint32_t version = kVersion;
     uint32_t size = sizeof(DeviceStats);
@@ -44,6 +44,7 @@ struct DeviceStats {
     std::atomic<uint64_t> progress_in_poll{0};
     std::atomic<uint64_t> progress_in_engine{0};
     std::atomic<uint64_t> progress_by_recv{0};
+    std::atomic<uint64_t> progress_after_poll{0};
     std::atomic<uint64_t> cq_events_polled{0};
     std::atomic<uint64_t> mw_binds{0};
     std::atomic<uint64_t> stag_invalidations{0};

@@ -60,6 +60,13 @@ constexpr Setting kAll[] = {
      "waits for an event each lasted longer than this sleeps at once, until a wait ends "
      "within it",
      Scope::kProvider},
+    {"USIW_ENGINE_POLL_US", "microseconds, 0 to 1000000 (0: off)", "50",
+     "how long the progress thread keeps looking at its sockets before it sleeps, after a round "
+     "that read 64 KiB or more: while a peer streams bulk data, the thread is then awake when the "
+     "next segment arrives, and neither it nor the sending side pays for a wake-up (on loopback "
+     "or a veth the sender's own system call delivers the data and wakes the reader). Not under "
+     "real time, and not while every CPU is taken; it costs CPU time only while data streams in",
+     Scope::kProvider},
     {"USIW_PLACEMENT_COPY", "guarded | kernel", "guarded",
      "how a peer's payload that arrived in usiw's staging buffer (messages under 4 KiB) is "
      "copied into its destination: guarded copies in usiw's own thread under a SIGSEGV/SIGBUS "
@@ -167,6 +174,7 @@ constexpr const Setting& kEngineSched = entry("USIW_ENGINE_SCHED");
 constexpr const Setting& kEngineLate = entry("USIW_ENGINE_LATE_US");
 constexpr const Setting& kTxBatch = entry("USIW_TX_BATCH_US");
 constexpr const Setting& kCqEventPoll = entry("USIW_CQ_EVENT_POLL_US");
+constexpr const Setting& kEnginePoll = entry("USIW_ENGINE_POLL_US");
 constexpr const Setting& kPeerTimeout = entry("USIW_PEER_TIMEOUT_MS");
 constexpr const Setting& kPlacementCopy = entry("USIW_PLACEMENT_COPY");
 constexpr const Setting& kCmChannelWait = entry("USIW_CM_CHANNEL_WAIT_MS");
@@ -465,6 +473,10 @@ uint64_t tx_batch_ns() {
 
 uint64_t cq_event_poll_ns() {
     return nanoseconds_of_us(kCqEventPoll, kCqEventPollMaxUs, kCqEventPollDefaultNs);
+}
+
+uint64_t engine_poll_ns() {
+    return nanoseconds_of_us(kEnginePoll, kEnginePollMaxUs, kEnginePollDefaultNs);
 }
 
 LogLevel log_level() {

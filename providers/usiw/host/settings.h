@@ -80,6 +80,13 @@ inline constexpr uint64_t kCqEventPollDefaultNs = 50'000;
 inline constexpr uint64_t kCqEventPollMaxUs = 1'000'000;
 uint64_t cq_event_poll_ns();
 
+// USIW_ENGINE_POLL_US, in nanoseconds: how long the progress thread keeps
+// looking at its sockets after a round of bulk input before it sleeps
+// (datapath/progress.cc); 0: never.
+inline constexpr uint64_t kEnginePollDefaultNs = 50'000;
+inline constexpr uint64_t kEnginePollMaxUs = 1'000'000;
+uint64_t engine_poll_ns();
+
 // USIW_PLACEMENT_COPY: how staged payload is copied into its destination
 // (datapath/fault_guard.h).
 enum class PlacementCopy : uint8_t { kGuarded, kKernel };
