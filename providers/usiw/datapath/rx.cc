@@ -1026,7 +1026,8 @@ class Receiver {
     bool held_ = false;           // receives may wait in s_->rx_held
 };
 
-// Whether it took anything from the socket (bytes, its end or an error).
+// Whether it took anything from the socket (bytes, its end or an error);
+// adds the bytes it read to `*bytes`.
 bool receive_locked(Stream* s, size_t* bytes) {
     if (s->dead.load() || s->ended.load())
         return false;
@@ -1127,11 +1128,11 @@ bool receive_locked(Stream* s, size_t* bytes) {
 }  // namespace
 
 bool stream_receive(Stream* s, size_t* bytes) {
-    size_t read = 0;
+    size_t read_bytes = 0;
     std::lock_guard lock(s->rx_mutex);
-    const bool took = receive_locked(s, &read);
+    const bool took = receive_locked(s, &read_bytes);
     if (bytes)
-        *bytes += read;
+        *bytes += read_bytes;
     return took;
 }
 
