@@ -259,21 +259,14 @@ class Engine {
             // meanwhile is no longer named). Events left untaken because
             // the application polls again are level-triggered: its next
             // look takes them.
+            // While it looks without sleeping it plans no wait: it stays
+            // awake (wakes_at_ns_ 0), so no hold wakes it.
             const bool polling = bulk_poll.polling(monotonic_ns());
-            if (polling)
-                awake();  // a hold need not wake it: it looks again at once
             const timespec wait = polling ? timespec{} : plan_wait();
             const int taken = socket_watch_wait(events, kMaxReady, &wait);
             awake();
             if (taken < 0)
                 continue;
-            if (taken == 0 && polling) {
-                if (held_count_.load(std::memory_order_relaxed) > 0) {
-                    std::lock_guard lock(progress_mutex_);
-                    release_held(false, false);
-                }
-                continue;  // nothing yet: look again
-            }
             if (std::any_of(events, events + taken,
                             [](const epoll_event& e) { return e.data.u64 == kWakeWatchToken; }))
                 drain_wake();
@@ -281,6 +274,8 @@ class Engine {
                 std::lock_guard lock(progress_mutex_);
                 release_held(false, false);
             }
+            if (taken == 0 && polling)
+                continue;  // nothing yet: look again
             if (app_polling())
                 continue;  // it has started polling meanwhile: leave it the work
             // Back from stepping aside, the thread waited for the sockets
