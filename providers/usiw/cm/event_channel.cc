@@ -307,6 +307,22 @@ int take_count(EventChannel* c, bool count_ready) {
     return 0;
 }
 
+// With nothing queued: does what the lent sockets have and returns 0 for
+// the caller to look again. Often something is ready (the program polled
+// the fd first), so the fd's blocking mode (O_NONBLOCK set with fcntl is
+// honoured) is asked only when nothing is: EAGAIN for a non-blocking fd,
+// else it waits. Or an errno value.
+int run_ready_or_wait(EventChannel* c, HeldCounts* held, bool* count_ready) {
+    int ready = run_lent_sockets(c, false, held, count_ready);
+    if (ready == 0) {
+        const int flags = fcntl(c->channel.fd, F_GETFL);
+        if (flags < 0 || (flags & O_NONBLOCK))
+            return EAGAIN;
+        ready = run_lent_sockets(c, true, held, count_ready);
+    }
+    return ready < 0 ? -ready : 0;
+}
+
 }  // namespace
 
 int channel_get(EventChannel* c, CmEvent** out) {
@@ -324,24 +340,13 @@ int channel_get(EventChannel* c, CmEvent** out) {
     for (;;) {
         if (!held.take()) {
             const int err = take_count(c, std::exchange(count_ready, false));
-            if (err != 0 && err != EAGAIN)
-                return err;
             if (err == EAGAIN) {
-                // Nothing queued: do what the lent sockets have and look
-                // again. Often something is ready (the program polled the
-                // fd first), so the fd's blocking mode (O_NONBLOCK set with
-                // fcntl is honoured) is asked only when nothing is.
-                int ready = run_lent_sockets(c, false, &held, &count_ready);
-                if (ready == 0) {
-                    const int flags = fcntl(c->channel.fd, F_GETFL);
-                    if (flags < 0 || (flags & O_NONBLOCK))
-                        return EAGAIN;
-                    ready = run_lent_sockets(c, true, &held, &count_ready);
-                }
-                if (ready < 0)
-                    return -ready;
+                if (const int failed = run_ready_or_wait(c, &held, &count_ready))
+                    return failed;
                 continue;
             }
+            if (err != 0)
+                return err;
         }
         std::lock_guard lock(c->queue_mutex);
         if (c->queue.empty()) {
