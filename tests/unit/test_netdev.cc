@@ -345,6 +345,23 @@ bool change_loopback_address(const char* text, bool add) {
     _exit(0);
 }
 
+// A thread that moves to another namespace after a query gets that
+// namespace's tables at its next one, with no change announced in between:
+// the copy names the namespace it was read in, and each query asks which
+// namespace its thread is in now. Run in a child of a process whose thread
+// has asked before: what the forking thread kept to ask with named the
+// parent's thread, not the child's.
+[[noreturn]] void moved_thread_child() {
+    std::optional<NetdevInfo> lo = query_netdev("lo", nullptr);
+    CHILD_CHECK(lo.has_value() && lo->admin_up);
+    if (!enter_private_network_namespace()) {
+        _exit(kChildSkipped);
+    }
+    lo = query_netdev("lo", nullptr);
+    CHILD_CHECK(lo.has_value() && !lo->admin_up && lo->addresses.empty());
+    _exit(0);
+}
+
 // Runs `body` in a child process and checks its exit status (skips on
 // kChildSkipped).
 void run_child(void (*body)()) {
@@ -372,6 +389,13 @@ void test_snapshot_follows_address_changes(void**) {
     run_child(snapshot_child);
 }
 
+void test_snapshot_follows_a_thread_into_another_namespace(void**) {
+    // The namespace the tests run in has lo up (the loopback tests above).
+    std::optional<NetdevInfo> lo = query_netdev("lo", nullptr);
+    assert_true(lo.has_value() && lo->admin_up);
+    run_child(moved_thread_child);
+}
+
 }  // namespace
 
 int main(void) {
@@ -388,6 +412,7 @@ int main(void) {
         cmocka_unit_test(test_monitor_opens_and_drains_without_blocking),
         cmocka_unit_test(test_port_follows_netdev_in_private_namespace),
         cmocka_unit_test(test_snapshot_follows_address_changes),
+        cmocka_unit_test(test_snapshot_follows_a_thread_into_another_namespace),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

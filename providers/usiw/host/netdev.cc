@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #include "host/netdev.h"
 
+#include <fcntl.h>
 #include <linux/if_addr.h>
 #include <net/if.h>
 #include <netinet/in.h>
@@ -14,9 +15,11 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cinttypes>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 
@@ -216,18 +219,65 @@ std::array<uint8_t, 6> synthetic_mac(int ifindex, const std::string& name) {
 // dumps, as before.
 namespace {
 
+// A network namespace, by the inode number its /proc link names
+// ("net:[4026531840]"); nsfs numbers each namespace once, system-wide.
 struct NetnsId {
-    dev_t dev = 0;
-    ino_t ino = 0;
+    uint64_t inode = 0;
     bool operator==(const NetnsId&) const = default;
 };
 
+// The calling thread's /proc/<pid>/task/<tid>/ns directory, kept open for
+// the thread's life. Resolving /proc/thread-self walks the pid and task
+// directories on every call: a stat() of /proc/thread-self/ns/net was the
+// costliest system call of an rdma_cm connection's setup (more than the
+// sendto() of either MPA frame, with its delivery on loopback). The
+// directory stays the thread's own, and its "net" link is read afresh on
+// each query, so a thread that calls setns() or unshare() is seen in its
+// new namespace at once.
+class ThreadNsDir {
+  public:
+    ThreadNsDir() = default;
+    ThreadNsDir(const ThreadNsDir&) = delete;
+    ThreadNsDir& operator=(const ThreadNsDir&) = delete;
+    ~ThreadNsDir() { forget(); }
+
+    // The open directory, or -1 if /proc cannot be read.
+    int get() {
+        if (fd_ < 0)
+            fd_ = open("/proc/thread-self/ns", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        return fd_;
+    }
+    // Drops it: after fork() it names the parent's thread, not ours.
+    void forget() {
+        if (fd_ >= 0)
+            close(fd_);
+        fd_ = -1;
+    }
+
+  private:
+    int fd_ = -1;
+};
+
+thread_local ThreadNsDir t_ns_dir;
+
 // The calling thread's network namespace; nullopt if /proc cannot say.
 std::optional<NetnsId> current_netns() {
-    struct stat st {};
-    if (stat("/proc/thread-self/ns/net", &st) != 0)
+    const int dir = t_ns_dir.get();
+    if (dir < 0)
         return std::nullopt;
-    return NetnsId{st.st_dev, st.st_ino};
+    char link[64];
+    const ssize_t n = readlinkat(dir, "net", link, sizeof link - 1);
+    if (n > 0) {
+        link[n] = '\0';
+        NetnsId id;
+        if (std::sscanf(link, "net:[%" SCNu64 "]", &id.inode) == 1)
+            return id;
+    }
+    // Opened again by the next query: the program may have closed every
+    // descriptor it did not open itself, as daemons do. This one reads the
+    // tables afresh, as any query does when its namespace is unknown.
+    t_ns_dir.forget();
+    return std::nullopt;
 }
 
 struct Snapshot {
@@ -260,6 +310,7 @@ void snapshot_fork_parent() {
     snapshot().mutex.unlock();
 }
 void snapshot_fork_child() {
+    t_ns_dir.forget();  // the one thread of the child is the one that forked
     Snapshot& s = snapshot();
     s.monitor.reset();
     s.valid = false;
