@@ -647,6 +647,31 @@ void test_bulk_input_poll(void**) {
     assert_false(off.polling(t0));
 }
 
+// Whether a bulk round starts the looking: the machine's load is asked only
+// when a look begins (after a sleep), and not at all where the policy
+// forbids looking.
+void test_poll_allowed_asks_the_load_when_a_look_begins(void**) {
+    using usiw::EngineScheduling;
+    int asked = 0;
+    bool no_cpu_free = false;
+    auto load = [&] {
+        ++asked;
+        return no_cpu_free;
+    };
+    assert_true(EngineScheduling::poll_allowed(true, false, load));
+    assert_int_equal(asked, 1);
+    assert_true(EngineScheduling::poll_allowed(true, true, load));
+    assert_int_equal(asked, 1);
+    no_cpu_free = true;
+    assert_false(EngineScheduling::poll_allowed(true, false, load));
+    assert_int_equal(asked, 2);
+    assert_true(EngineScheduling::poll_allowed(true, true, load));  // looking already
+    assert_int_equal(asked, 2);
+    assert_false(EngineScheduling::poll_allowed(false, false, load));
+    assert_false(EngineScheduling::poll_allowed(false, true, load));
+    assert_int_equal(asked, 2);
+}
+
 // When the engine's thread under real time looks which CPU processes its
 // input, and when it moves there.
 void test_input_cpu_follower(void**) {
@@ -736,6 +761,7 @@ int main(void) {
         cmocka_unit_test(test_zero_threshold_counts_every_round),
         cmocka_unit_test(test_channel_wait_polling),
         cmocka_unit_test(test_bulk_input_poll),
+        cmocka_unit_test(test_poll_allowed_asks_the_load_when_a_look_begins),
         cmocka_unit_test(test_direct_read_choice),
         cmocka_unit_test(test_input_cpu_follower),
         cmocka_unit_test(test_move_to_cpu),

@@ -115,8 +115,9 @@ bool EngineScheduling::no_cpu_free() const {
     return runnable - 1 >= cpus_;
 }
 
-bool EngineScheduling::may_poll_before_sleep() const {
-    return cpus_ > 1 && !always_realtime_ && !tier_.realtime() && !no_cpu_free();
+bool EngineScheduling::may_poll_before_sleep(bool looking) const {
+    return poll_allowed(cpus_ > 1 && !always_realtime_ && !tier_.realtime(), looking,
+                        [this] { return no_cpu_free(); });
 }
 
 void EngineScheduling::rebase() {

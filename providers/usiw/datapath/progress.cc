@@ -305,7 +305,7 @@ class Engine {
                 if (found.input_fd >= 0)
                     input_cpu = scheduling.input_cpu_to_follow(found.input_fd);
             }
-            if (bulk_poll.bulk(found.input_bytes) && scheduling.may_poll_before_sleep())
+            if (bulk_poll.bulk(found.input_bytes) && scheduling.may_poll_before_sleep(polling))
                 bulk_poll.start(monotonic_ns());
             scheduling.after_round(found.ready > 0, found.input > 0,
                                    last_app_poll_ns_.load(std::memory_order_relaxed));
