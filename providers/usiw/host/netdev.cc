@@ -229,8 +229,8 @@ struct NetnsId {
 // The calling thread's /proc/<pid>/task/<tid>/ns directory, kept open for
 // the thread's life. Resolving /proc/thread-self walks the pid and task
 // directories on every call: a stat() of /proc/thread-self/ns/net was the
-// costliest system call of an rdma_cm connection's setup (more than the
-// sendto() of either MPA frame, with its delivery on loopback). The
+// costliest system call of an rdma_cm connection's setup (perf: more than
+// the sendto() of both MPA frames, with their delivery on loopback). The
 // directory stays the thread's own, and its "net" link is read afresh on
 // each query, so a thread that calls setns() or unshare() is seen in its
 // new namespace at once.
