@@ -26,6 +26,7 @@ extern "C" {
 namespace {
 
 using namespace usiw::cm;
+using usiw::UniqueFd;
 
 SockAddr v4(const char* text, uint16_t port) {
     SockAddr a = SockAddr::loopback(AF_INET);

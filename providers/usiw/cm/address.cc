@@ -11,8 +11,8 @@
 #include <cstring>
 #include <mutex>
 
-#include "cm/unique_fd.h"
 #include "host/netdev.h"
+#include "host/unique_fd.h"
 #include "verbs/device_registry.h"
 #include "verbs/log.h"
 

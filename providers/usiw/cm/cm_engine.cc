@@ -60,8 +60,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "cm/unique_fd.h"
 #include "datapath/round_end.h"
+#include "host/unique_fd.h"
 #include "verbs/log.h"
 
 namespace usiw::cm {

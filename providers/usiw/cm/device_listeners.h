@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "cm/address.h"
-#include "cm/unique_fd.h"
+#include "host/unique_fd.h"
 
 namespace usiw::cm {
 

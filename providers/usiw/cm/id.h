@@ -22,7 +22,7 @@
 #include "cm/event_channel.h"
 #include "cm/librdmacm_private.h"
 #include "cm/states.h"
-#include "cm/unique_fd.h"
+#include "host/unique_fd.h"
 #include "verbs/fork_guard.h"
 
 namespace usiw::cm {

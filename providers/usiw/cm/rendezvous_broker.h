@@ -28,7 +28,7 @@
 
 #include "cm/cm_engine.h"
 #include "cm/rendezvous_rules.h"
-#include "cm/unique_fd.h"
+#include "host/unique_fd.h"
 #include "wire/mpa.h"
 
 namespace usiw::cm::rdv {

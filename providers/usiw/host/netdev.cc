@@ -23,6 +23,8 @@
 #include <cstring>
 #include <mutex>
 
+#include "host/unique_fd.h"
+
 namespace usiw {
 
 void NlSocketDeleter::operator()(nl_sock* socket) const {
@@ -233,36 +235,20 @@ struct NetnsId {
 // the sendto() of both MPA frames, with their delivery on loopback). The
 // directory stays the thread's own, and its "net" link is read afresh on
 // each query, so a thread that calls setns() or unshare() is seen in its
-// new namespace at once.
-class ThreadNsDir {
-  public:
-    ThreadNsDir() = default;
-    ThreadNsDir(const ThreadNsDir&) = delete;
-    ThreadNsDir& operator=(const ThreadNsDir&) = delete;
-    ~ThreadNsDir() { forget(); }
+// new namespace at once. After fork() it names the parent's thread, not
+// the child's: the child drops it (snapshot_fork_child).
+thread_local UniqueFd t_ns_dir;
 
-    // The open directory, or -1 if /proc cannot be read.
-    int get() {
-        if (fd_ < 0)
-            fd_ = open("/proc/thread-self/ns", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        return fd_;
-    }
-    // Drops it: after fork() it names the parent's thread, not ours.
-    void forget() {
-        if (fd_ >= 0)
-            close(fd_);
-        fd_ = -1;
-    }
-
-  private:
-    int fd_ = -1;
-};
-
-thread_local ThreadNsDir t_ns_dir;
+// t_ns_dir, opened if it is not; -1 if /proc cannot be read.
+int thread_ns_dir() {
+    if (!t_ns_dir)
+        t_ns_dir.reset(open("/proc/thread-self/ns", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    return t_ns_dir.get();
+}
 
 // The calling thread's network namespace; nullopt if /proc cannot say.
 std::optional<NetnsId> current_netns() {
-    const int dir = t_ns_dir.get();
+    const int dir = thread_ns_dir();
     if (dir < 0)
         return std::nullopt;
     char link[64];
@@ -276,7 +262,7 @@ std::optional<NetnsId> current_netns() {
     // Opened again by the next query: the program may have closed every
     // descriptor it did not open itself, as daemons do. This one reads the
     // tables afresh, as any query does when its namespace is unknown.
-    t_ns_dir.forget();
+    t_ns_dir.reset();
     return std::nullopt;
 }
 
@@ -310,7 +296,7 @@ void snapshot_fork_parent() {
     snapshot().mutex.unlock();
 }
 void snapshot_fork_child() {
-    t_ns_dir.forget();  // the one thread of the child is the one that forked
+    t_ns_dir.reset();  // the one thread of the child is the one that forked
     Snapshot& s = snapshot();
     s.monitor.reset();
     s.valid = false;

@@ -7,7 +7,7 @@
 
 #include <utility>
 
-namespace usiw::cm {
+namespace usiw {
 
 class UniqueFd {
   public:
@@ -35,4 +35,4 @@ class UniqueFd {
     int fd_ = -1;
 };
 
-}  // namespace usiw::cm
+}  // namespace usiw
