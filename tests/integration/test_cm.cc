@@ -55,6 +55,7 @@ namespace {
 // QP states, receives and completions: the unit tests' fixture
 // (tests/unit/fixture.h).
 using usiw::test::expect_one;
+using usiw::test::expect_recv;
 using usiw::test::expect_wc;
 using usiw::test::post_recv;
 using usiw::test::qp_state;
@@ -1114,6 +1115,103 @@ void test_mpa_usiw_initiator(void**) {
     close(s.listen_fd);
 }
 
+// An untagged Send FPDU as a plain TCP peer writes it: MSN `msn`, last
+// segment, no CRC (zero in the CRC field).
+std::vector<uint8_t> send_fpdu(uint32_t msn, const std::string& payload) {
+    const size_t ulpdu = 18 + payload.size();
+    const size_t pad = (4 - (2 + ulpdu) % 4) % 4;
+    std::vector<uint8_t> f(2 + ulpdu + pad + 4, 0);  // pad and CRC field zero
+    f[0] = static_cast<uint8_t>(ulpdu >> 8);
+    f[1] = static_cast<uint8_t>(ulpdu);
+    f[2] = 0x41;  // DDP untagged, last, version 1
+    f[3] = 0x43;  // RDMAP version 1, Send; then no STag to invalidate, queue 0
+    for (int i = 0; i < 4; ++i)
+        f[12 + i] = static_cast<uint8_t>(msn >> (24 - 8 * i));  // MSN; message offset 0
+    std::memcpy(f.data() + 20, payload.data(), payload.size());
+    return f;
+}
+
+// A receive of 64 bytes on `id`'s QP, the buffer filled with a guard.
+struct PostedRecv {
+    uint8_t buf[64];
+    ibv_mr* mr = nullptr;
+};
+
+void post_guarded_recv(rdma_cm_id* id, PostedRecv* r, uint64_t wr_id) {
+    std::memset(r->buf, 0xa5, sizeof r->buf);
+    r->mr = ibv_reg_mr(id->pd, r->buf, sizeof r->buf, IBV_ACCESS_LOCAL_WRITE);
+    assert_non_null(r->mr);
+    post_recv(id->qp, wr_id,
+              {ibv_sge{reinterpret_cast<uintptr_t>(r->buf), sizeof r->buf, r->mr->lkey}});
+}
+
+// The Send's bytes landed in the receive, and nothing past them.
+void expect_send_landed(rdma_cm_id* id, const PostedRecv& r, uint64_t wr_id,
+                        const std::string& payload) {
+    const ibv_wc wc = expect_one(id->recv_cq, "the Send that came with the MPA frame");
+    expect_recv(wc, wr_id, payload.size(), "the Send that came with the MPA frame");
+    assert_memory_equal(r.buf, payload.data(), payload.size());
+    for (size_t i = payload.size(); i < sizeof r.buf; ++i)
+        assert_int_equal(r.buf[i], 0xa5);
+    assert_int_equal(ibv_dereg_mr(r.mr), 0);
+}
+
+// A responder whose first FPDU follows its MPA reply in the same segment
+// (one that does not wait for the initiator's first, as RFC 5044 asks):
+// the initiator reads the reply and those bytes at once, and the Send
+// they carry still reaches its receive, byte for byte.
+void test_mpa_fpdu_in_the_replys_segment(void**) {
+    RawServer s = raw_listen();
+    Client c;
+    const int fd = raw_accept_request(s, &c);
+    PostedRecv r;
+    post_guarded_recv(c.id, &r, 7);
+    const std::string payload = "came with the reply";
+    std::vector<uint8_t> segment = mpa_frame(false, kFlagEnhanced, 2, block(5, 6, ""));
+    const std::vector<uint8_t> fpdu = send_fpdu(1, payload);
+    segment.insert(segment.end(), fpdu.begin(), fpdu.end());
+    send_all(fd, segment);
+    rdma_ack_cm_event(expect_event(c.ch, RDMA_CM_EVENT_ESTABLISHED));
+    expect_send_landed(c.id, r, 7, payload);
+    close(fd);
+    rdma_ack_cm_event(expect_event(c.ch, RDMA_CM_EVENT_DISCONNECTED));
+    close_client(c);
+    close(s.listen_fd);
+}
+
+// The same at the responder: an initiator's first FPDU in its request's
+// segment is read with the request, at accept, and kept for the stream
+// until the application has accepted.
+void test_mpa_fpdu_in_the_requests_segment(void**) {
+    Listener l = listen_on("127.0.0.1");
+    const int fd = raw_connect(l.port);
+    const std::string payload = "came with the request";
+    std::vector<uint8_t> segment = mpa_frame(true, kFlagEnhanced, 2, block(4, 4, ""));
+    const std::vector<uint8_t> fpdu = send_fpdu(1, payload);
+    segment.insert(segment.end(), fpdu.begin(), fpdu.end());
+    send_all(fd, segment);
+
+    rdma_cm_event* req = expect_event(l.ch, RDMA_CM_EVENT_CONNECT_REQUEST);
+    rdma_cm_id* child = req->id;
+    rdma_ack_cm_event(req);
+    make_qp(child);
+    PostedRecv r;
+    post_guarded_recv(child, &r, 9);
+    rdma_conn_param ap = conn_param("", 4, 4);
+    assert_int_equal(rdma_accept(child, &ap), 0);
+    const std::vector<uint8_t> header = recv_exactly(fd, 20);
+    assert_memory_equal(header.data(), "MPA ID Rep Frame", 16);
+    recv_exactly(fd, (header[18] << 8) | header[19]);
+    rdma_ack_cm_event(expect_event(l.ch, RDMA_CM_EVENT_ESTABLISHED));
+    expect_send_landed(child, r, 9, payload);
+
+    close(fd);
+    rdma_ack_cm_event(expect_event(l.ch, RDMA_CM_EVENT_DISCONNECTED));
+    rdma_destroy_qp(child);
+    assert_int_equal(rdma_destroy_id(child), 0);
+    close_listener(l);
+}
+
 // A responder that takes the Write RTR (as siw does) gets it as the first
 // FPDU after its reply: a zero-length RDMA Write, last segment, STag 0,
 // TO 0, and the CRC field (zero: no CRC).
@@ -1207,6 +1305,8 @@ int main(int argc, char** argv) {
         cmocka_unit_test(test_mpa_markers_rejected),
         cmocka_unit_test(test_mpa_request_timeout),
         cmocka_unit_test(test_mpa_usiw_initiator),
+        cmocka_unit_test(test_mpa_fpdu_in_the_replys_segment),
+        cmocka_unit_test(test_mpa_fpdu_in_the_requests_segment),
         cmocka_unit_test(test_mpa_rtr_on_the_wire),
         cmocka_unit_test(test_mpa_peer_reject),
         cmocka_unit_test(test_mpa_reply_timeout),

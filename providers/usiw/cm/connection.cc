@@ -338,6 +338,7 @@ void Connection::attach_active(const ReplyOutcome& outcome,
         return connect_failed(-EINVAL, "the QP was destroyed during connection setup");
     set_qp_read_depths(qp_, outcome.ird, outcome.ord);
     StreamParams params = initiator_stream(outcome, [this] { return tcp_mss(fd_.get()); });
+    params.received = frame_surplus();
     log_debug("rdma_cm: connected to %s: CRC %s, IRD %u ORD %u, RTR %s, FPDUs up to %zu bytes",
               peer_name(fd_.get()).c_str(), params.crc ? "on" : "off", params.ird, params.ord,
               rtr_name(params.send_rtr), params.max_fpdu);
@@ -502,6 +503,7 @@ int Connection::reply_sent() {
         return EINVAL;
     set_qp_read_depths(qp_, terms_.ird, terms_.ord);
     StreamParams params = responder_stream(request_, terms_, [this] { return tcp_mss(fd_.get()); });
+    params.received = frame_surplus();
     log_debug("rdma_cm: accepted %s: CRC %s, IRD %u ORD %u, RTR %s, FPDUs up to %zu bytes",
               peer_name(fd_.get()).c_str(), params.crc ? "on" : "off", params.ird, params.ord,
               rtr_name(request_.rtr), params.max_fpdu);

@@ -18,7 +18,8 @@ MpaFrameReader::Status MpaFrameReader::read(int fd, wire::MpaKind kind) {
             return Status::kFrame;
         if (parsed_.error != wire::MpaError::kIncomplete)
             return Status::kNotMpa;
-        const ssize_t n = recv(fd, buffer_.data() + have_, parsed_.needed - have_, MSG_DONTWAIT);
+        const size_t room = (reading_ == Reading::kAhead ? buffer_.size() : parsed_.needed) - have_;
+        const ssize_t n = recv(fd, buffer_.data() + have_, room, MSG_DONTWAIT);
         if (n > 0) {
             have_ += static_cast<size_t>(n);
             continue;
@@ -89,7 +90,7 @@ void MpaExchange::send_frame(int fd, PendingWrite frame) {
 }
 
 void MpaExchange::await_frame(wire::MpaKind kind) {
-    in_ = MpaFrameReader();
+    in_ = MpaFrameReader(MpaFrameReader::Reading::kAhead);
     awaited_ = kind;
     step_ = Step::kReceiving;
 }

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
-// MPA frames on a non-blocking socket: reading exactly one frame (never a
-// byte past its end: what follows belongs to the stream), writing a buffer
-// across short writes, and the exchange of request and reply driven by the
-// socket's readiness. The I/O half of connection setup; what the frames say
-// is negotiation.h's and rendezvous_rules.h's business.
+// MPA frames on a non-blocking socket: reading one frame (and, where the
+// reader's owner hands them on to the stream, the bytes that follow it in
+// the same read), writing a buffer across short writes, and the exchange
+// of request and reply driven by the socket's readiness. The I/O half of
+// connection setup; what the frames say is negotiation.h's and
+// rendezvous_rules.h's business.
 #pragma once
 
 #include <sys/socket.h>
@@ -28,18 +29,41 @@ class MpaFrameReader {
         kNotMpa,       // parsed().error says why
     };
 
+    // How far a read may go. A peer sends its frame's header and private
+    // data in one segment, and reading the header first (to learn the
+    // private data's length) costs a second recv on every connection.
+    // kAhead reads as much as the buffer holds: what arrived after the
+    // frame is the FPDU stream's first bytes (surplus()), for the owner to
+    // hand to it. kFrameOnly never takes a byte past the frame, for an
+    // owner that passes the socket on with the frame's bytes alone.
+    enum class Reading : uint8_t { kFrameOnly, kAhead };
+
+    explicit MpaFrameReader(Reading reading = Reading::kFrameOnly) : reading_(reading) {}
+
     // Reads towards one frame of `kind` from `fd` (non-blocking).
     Status read(int fd, wire::MpaKind kind);
 
     const wire::MpaParseResult& parsed() const { return parsed_; }
-    std::span<const std::byte> bytes() const { return {buffer_.data(), have_}; }
+    // The frame's bytes (once kFrame; before it, what has come so far).
+    std::span<const std::byte> bytes() const {
+        return {buffer_.data(), frame_done() ? parsed_.needed : have_};
+    }
+    // Once kFrame: the bytes read after the frame (kAhead only).
+    std::span<const std::byte> surplus() const {
+        if (!frame_done())
+            return {};
+        return {buffer_.data() + parsed_.needed, have_ - parsed_.needed};
+    }
     int error() const { return error_; }
 
   private:
+    bool frame_done() const { return parsed_.error == wire::MpaError::kNone; }
+
     std::array<std::byte, wire::kMpaMaxFrameSize> buffer_{};
     size_t have_ = 0;
     wire::MpaParseResult parsed_{};
     int error_ = 0;
+    Reading reading_;
 };
 
 class PendingWrite {
@@ -107,6 +131,11 @@ class MpaExchange {
     void receive_frame_now(int fd, wire::MpaKind kind);
     // The socket is ready: the step under way goes on.
     void drive_exchange(int fd);
+    // After mpa_received(): the stream's bytes that came with the peer's
+    // frame (StreamParams::received), which are no longer in the socket.
+    std::vector<std::byte> frame_surplus() const {
+        return {in_.surplus().begin(), in_.surplus().end()};
+    }
 
     // The hooks. The exchange needs the socket watched for `events`
     // (EPOLLIN or EPOLLOUT).
@@ -127,7 +156,7 @@ class MpaExchange {
 
     Step step_ = Step::kIdle;
     wire::MpaKind awaited_ = wire::MpaKind::kReply;
-    MpaFrameReader in_;
+    MpaFrameReader in_{MpaFrameReader::Reading::kAhead};
     PendingWrite out_;
 };
 

@@ -331,6 +331,7 @@ void ActiveLink::mpa_received(const wire::MpaFrame& reply) {
     if (const ReplyJudgment j = judge_reply(sent_, data.message); j.action != ReplyAction::kAttach)
         return fail(r, j.why);
     StreamParams params = initiator_stream(outcome, [this] { return tcp_mss(fd()); });
+    params.received = frame_surplus();
     params.keep_qp_state = true;
     params.linger_after_peer_gone = true;
     r->active = nullptr;
@@ -437,6 +438,7 @@ void PassiveLink::accept(QpRecord* r) {
 
 void PassiveLink::attach_responder() {
     StreamParams params = responder_stream(outcome_, terms_, [this] { return tcp_mss(fd()); });
+    params.received = frame_surplus();
     params.keep_qp_state = true;
     params.linger_after_peer_gone = true;
     QpRecord* r = owner_;

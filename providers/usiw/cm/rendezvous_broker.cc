@@ -274,7 +274,9 @@ class Incoming final : public SocketClient {
     void on_io(uint32_t) override;
     void on_timer() override;
 
-    MpaFrameReader reader;
+    // Not a byte past the request: the socket may go on to the QP's owner
+    // with the request's bytes alone (AgentOp::kConnection).
+    MpaFrameReader reader{MpaFrameReader::Reading::kFrameOnly};
     Message message;
     bool held = false;
 
