@@ -110,10 +110,11 @@ struct ReadResult {
 // Feeds `stream` to `reader` in pieces whose sizes `fdp` picks (a size of 0
 // is a read that finds nothing; once `fdp` is spent, the rest goes in one),
 // reading after each piece as the engine does on EPOLLIN; after the stream,
-// the peer closes when `close_after`. A frame is never read past its end:
-// what follows it stays in the socket.
+// the peer closes when `close_after`. Nothing after a frame is lost: a
+// reader that reads ahead hands it back (surplus()), the rest stays in the
+// socket; a frame-only reader is never read past the frame's end.
 ReadResult read_in_pieces(FuzzedDataProvider& fdp, MpaFrameReader& reader, wire::MpaKind kind,
-                          std::span<const std::byte> stream, bool close_after) {
+                          std::span<const std::byte> stream, bool close_after, bool ahead = false) {
     Wire w;
     ReadResult r;
     size_t sent = 0;
@@ -144,12 +145,18 @@ ReadResult read_in_pieces(FuzzedDataProvider& fdp, MpaFrameReader& reader, wire:
         CHECK(frame.size() == reader.parsed().needed);
         CHECK(frame.size() <= stream.size());
         CHECK(std::memcmp(frame.data(), stream.data(), frame.size()) == 0);
-        // Exactly the frame was taken: the stream's remainder that was
-        // sent is still there, for the datapath.
+        // What was taken past the frame, then what is still in the socket,
+        // are the stream's remainder that was sent, in order, for the
+        // datapath.
+        const std::span<const std::byte> surplus = reader.surplus();
+        CHECK(ahead || surplus.empty());
+        CHECK(surplus.empty() ||
+              std::memcmp(surplus.data(), stream.data() + frame.size(), surplus.size()) == 0);
         const std::vector<std::byte> left = w.rest();
-        CHECK(left.size() == sent - frame.size());
+        CHECK(surplus.size() + left.size() == sent - frame.size());
         CHECK(left.empty() ||
-              std::memcmp(left.data(), stream.data() + frame.size(), left.size()) == 0);
+              std::memcmp(left.data(), stream.data() + frame.size() + surplus.size(),
+                          left.size()) == 0);
         r.frame.assign(frame.begin(), frame.end());
     } else if (r.status == MpaFrameReader::Status::kClosed) {
         CHECK(close_after);
@@ -275,8 +282,11 @@ void responder_reads(FuzzedDataProvider& fdp) {
     const bool close_after = fdp.ConsumeBool();
     const std::vector<std::byte> stream = consume_bytes(fdp, kMaxStream);
     Conn c{ConnState::kAwaitingRequest};
-    MpaFrameReader reader;
-    const ReadResult r = read_in_pieces(fdp, reader, wire::MpaKind::kRequest, stream, close_after);
+    const bool ahead = fdp.ConsumeBool();  // as a connection's exchange reads, or the broker
+    MpaFrameReader reader(ahead ? MpaFrameReader::Reading::kAhead
+                                : MpaFrameReader::Reading::kFrameOnly);
+    const ReadResult r =
+        read_in_pieces(fdp, reader, wire::MpaKind::kRequest, stream, close_after, ahead);
     switch (r.status) {
         case MpaFrameReader::Status::kMore:  // the request timer fires
         case MpaFrameReader::Status::kClosed:
@@ -337,8 +347,9 @@ void initiator_reads(FuzzedDataProvider& fdp) {
     c.enter(ConnState::kAwaitingReply);
     const bool close_after = fdp.ConsumeBool();
     const std::vector<std::byte> stream = consume_bytes(fdp, kMaxStream);
-    MpaFrameReader reader;
-    const ReadResult r = read_in_pieces(fdp, reader, wire::MpaKind::kReply, stream, close_after);
+    MpaFrameReader reader(MpaFrameReader::Reading::kAhead);  // as a connection's exchange reads
+    const ReadResult r =
+        read_in_pieces(fdp, reader, wire::MpaKind::kReply, stream, close_after, true);
     if (r.status != MpaFrameReader::Status::kFrame) {
         c.enter(ConnState::kClosed);  // connect_failed: an event, then closed
         return;
