@@ -45,8 +45,8 @@ EngineScheduling::EngineScheduling(EngineSchedMode mode, uint64_t late_ns)
     }
     if (mode == EngineSchedMode::kAuto || mode == EngineSchedMode::kFair) {
         // Without the run delay there is no telling when SCHED_BATCH hurts.
-        schedstat_fd_ = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
-        if (schedstat_fd_ < 0) {
+        schedstat_fd_.reset(open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC));
+        if (!schedstat_fd_) {
             log_debug(
                 "progress thread stays under SCHED_OTHER: "
                 "/proc/thread-self/schedstat: %s",
@@ -56,7 +56,7 @@ EngineScheduling::EngineScheduling(EngineSchedMode mode, uint64_t late_ns)
         adaptive_ = true;
         realtime_tier_ = mode == EngineSchedMode::kAuto;
         // Without it, only a run of late rounds tells (no_cpu_free()).
-        loadavg_fd_ = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+        loadavg_fd_.reset(open("/proc/loadavg", O_RDONLY | O_CLOEXEC));
     }
     if (!apply(true)) {
         adaptive_ = false;
@@ -65,18 +65,11 @@ EngineScheduling::EngineScheduling(EngineSchedMode mode, uint64_t late_ns)
     rebase();
 }
 
-EngineScheduling::~EngineScheduling() {
-    if (schedstat_fd_ >= 0)
-        close(schedstat_fd_);
-    if (loadavg_fd_ >= 0)
-        close(loadavg_fd_);
-}
-
 // The second field of schedstat: nanoseconds spent runnable but waiting for
 // a CPU, over the thread's life.
 uint64_t EngineScheduling::run_delay_ns() const {
     char text[96];
-    const ssize_t n = pread(schedstat_fd_, text, sizeof text - 1, 0);
+    const ssize_t n = pread(schedstat_fd_.get(), text, sizeof text - 1, 0);
     if (n <= 0)
         return last_run_delay_ns_;
     text[n] = '\0';
@@ -101,10 +94,10 @@ std::optional<uint64_t> EngineScheduling::on_cpu_ns() const {
 // for a CPU, machine-wide, this one included (it is running). Every CPU is
 // taken when the others fill them all: a SCHED_BATCH wake-up would wait.
 bool EngineScheduling::no_cpu_free() const {
-    if (loadavg_fd_ < 0)
+    if (!loadavg_fd_)
         return false;
     char text[128];
-    const ssize_t n = pread(loadavg_fd_, text, sizeof text - 1, 0);
+    const ssize_t n = pread(loadavg_fd_.get(), text, sizeof text - 1, 0);
     if (n <= 0)
         return false;
     text[n] = '\0';

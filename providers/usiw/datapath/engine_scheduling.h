@@ -45,6 +45,7 @@
 #include <utility>
 
 #include "host/settings.h"
+#include "host/unique_fd.h"
 
 namespace usiw {
 
@@ -478,7 +479,6 @@ class EngineScheduling {
     static constexpr int kRealtimePriority = 1;
 
     EngineScheduling(EngineSchedMode mode, uint64_t late_ns);
-    ~EngineScheduling();
     EngineScheduling(const EngineScheduling&) = delete;
     EngineScheduling& operator=(const EngineScheduling&) = delete;
 
@@ -553,8 +553,8 @@ class EngineScheduling {
     bool realtime_tier_ = false;    // auto, until SCHED_FIFO is refused
     bool aside_ = false;            // under SCHED_BATCH for step_aside
     bool always_realtime_ = false;  // realtime, or a real-time policy inherited
-    int schedstat_fd_ = -1;
-    int loadavg_fd_ = -1;
+    UniqueFd schedstat_fd_;
+    UniqueFd loadavg_fd_;
     long cpus_ = 1;
     uint64_t last_run_delay_ns_ = 0;
     BatchGovernor governor_;

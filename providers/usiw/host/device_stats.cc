@@ -10,6 +10,8 @@
 #include <cstring>
 #include <new>
 
+#include "host/unique_fd.h"
+
 namespace usiw {
 
 namespace {
@@ -87,20 +89,18 @@ std::span<const StatField> stat_fields() {
 
 DeviceStats* map_device_stats(const std::string& device, bool create, std::string* error) {
     const std::string name = segment_name(device);
-    const int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0600);
-    if (fd < 0) {
+    const UniqueFd fd(shm_open(name.c_str(), O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0600));
+    if (!fd) {
         *error = "cannot open shared counters /dev/shm" + name + ": " + strerror(errno);
         return nullptr;
     }
     struct stat st {};
-    bool fresh = fstat(fd, &st) == 0 && st.st_size == 0;
-    if (fresh && ftruncate(fd, sizeof(DeviceStats)) != 0) {
+    bool fresh = fstat(fd.get(), &st) == 0 && st.st_size == 0;
+    if (fresh && ftruncate(fd.get(), sizeof(DeviceStats)) != 0) {
         *error = "cannot size shared counters: " + std::string(strerror(errno));
-        close(fd);
         return nullptr;
     }
-    void* p = mmap(nullptr, sizeof(DeviceStats), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
+    void* p = mmap(nullptr, sizeof(DeviceStats), PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
     if (p == MAP_FAILED) {
         *error = "cannot map shared counters: " + std::string(strerror(errno));
         return nullptr;

@@ -18,6 +18,7 @@
 
 #include "host/netdev.h"
 #include "host/settings.h"
+#include "host/unique_fd.h"
 
 namespace usiw {
 
@@ -100,27 +101,8 @@ bool valid_netdev_name(const std::string& name, std::string* error) {
 
 enum class ReadResult { kOk, kMissing, kFailed };
 
-// RAII for a plain file descriptor.
-class FileDescriptor {
-  public:
-    explicit FileDescriptor(int fd) : fd_(fd) {}
-    FileDescriptor(const FileDescriptor&) = delete;
-    FileDescriptor& operator=(const FileDescriptor&) = delete;
-    ~FileDescriptor() { close(); }
-    int get() const { return fd_; }
-    // Closes now, reporting the error close() can return (lost writes).
-    bool close() {
-        const int fd = fd_;
-        fd_ = -1;
-        return fd < 0 || ::close(fd) == 0;
-    }
-
-  private:
-    int fd_;
-};
-
 ReadResult read_whole_file(const std::string& path, std::string* contents, std::string* error) {
-    FileDescriptor file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    UniqueFd file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (file.get() < 0) {
         if (errno == ENOENT) {
             return ReadResult::kMissing;
@@ -235,30 +217,22 @@ class EditLock {
   public:
     explicit EditLock(const std::string& links_path) {
         path_ = std::filesystem::path(links_path).parent_path().string();
-        fd_ = ::open(path_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (fd_ < 0) {
+        fd_.reset(::open(path_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+        if (!fd_) {
             error_ = errno;
             return;
         }
-        while (flock(fd_, LOCK_EX) != 0) {
+        while (flock(fd_.get(), LOCK_EX) != 0) {
             if (errno != EINTR) {
                 error_ = errno;
-                ::close(fd_);
-                fd_ = -1;
+                fd_.reset();
                 return;
             }
         }
     }
-    EditLock(const EditLock&) = delete;
-    EditLock& operator=(const EditLock&) = delete;
-    ~EditLock() {
-        if (fd_ >= 0) {
-            ::close(fd_);  // releases the lock
-        }
-    }
     // False with `error` set if the lock could not be taken.
     bool held(std::string* error) const {
-        if (fd_ >= 0) {
+        if (fd_) {
             return true;
         }
         set_error(error, "cannot lock " + path_ + ": " + std::strerror(error_));
@@ -267,7 +241,7 @@ class EditLock {
 
   private:
     std::string path_;
-    int fd_ = -1;
+    UniqueFd fd_;  // the directory, locked; closing it lets the lock go
     int error_ = 0;
 };
 
@@ -288,7 +262,7 @@ bool create_config_directory(const std::string& links_path, std::string* error) 
 bool replace_file(const std::string& path, const std::string& text, std::string* error) {
     const std::filesystem::path directory = std::filesystem::path(path).parent_path();
     std::string temp_path = (directory / ".links.XXXXXX").string();
-    FileDescriptor temp(mkostemp(temp_path.data(), O_CLOEXEC));
+    UniqueFd temp(mkostemp(temp_path.data(), O_CLOEXEC));
     if (temp.get() < 0) {
         set_error(error,
                   "cannot create a file in " + directory.string() + ": " + std::strerror(errno));

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <string>
 
+#include "host/unique_fd.h"
+
 namespace usiw {
 
 namespace {
@@ -22,17 +24,14 @@ static_assert(std::atomic<uint32_t>::is_always_lock_free, "shared between proces
 
 std::atomic<uint32_t>* map_counter() {
     const std::string name = "/usiw." + std::to_string(getuid()) + ".qpn";
-    const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0)
+    const UniqueFd fd(shm_open(name.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+    if (!fd)
         return nullptr;
     struct stat st {};
-    if (fstat(fd, &st) != 0 || (st.st_size < static_cast<off_t>(sizeof(QpnSegment)) &&
-                                ftruncate(fd, sizeof(QpnSegment)) != 0)) {
-        close(fd);
+    if (fstat(fd.get(), &st) != 0 || (st.st_size < static_cast<off_t>(sizeof(QpnSegment)) &&
+                                      ftruncate(fd.get(), sizeof(QpnSegment)) != 0))
         return nullptr;
-    }
-    void* p = mmap(nullptr, sizeof(QpnSegment), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
+    void* p = mmap(nullptr, sizeof(QpnSegment), PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
     if (p == MAP_FAILED)
         return nullptr;
     return &static_cast<QpnSegment*>(p)->next;

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
-// An owned file descriptor: closed when the owner goes, handed on with
-// release().
+// An owned file descriptor: closed when the owner goes (or by close(),
+// which reports the result), handed on with release().
 #pragma once
 
 #include <unistd.h>
@@ -30,6 +30,9 @@ class UniqueFd {
             ::close(fd_);
         fd_ = fd;
     }
+    // Closes now and says whether close() succeeded: for a file written
+    // through the descriptor, its failure can be the report of lost writes.
+    bool close() { return fd_ < 0 || ::close(release()) == 0; }
 
   private:
     int fd_ = -1;
