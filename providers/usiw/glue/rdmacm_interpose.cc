@@ -70,9 +70,13 @@ auto pass_through(Args... args) {
 // calls, a non-blocking connect() for one, are no business of the caller).
 // Not noexcept, and a thread's cancellation passes through: a thread
 // cancelled while it waits in rdma_get_cm_event (a cancellation point in
-// librdmacm, as read() is) must unwind, not abort the process.
+// librdmacm, as read() is) must unwind, not abort the process. That
+// unwinding is no C++ object: UBSan's null check would report the binding
+// of the handler's reference to it (a false report; it is only rethrown).
+#define USIW_CATCHES_FORCED_UNWIND __attribute__((no_sanitize("null")))
+
 template <typename Call>
-int guarded(Call&& call) {
+USIW_CATCHES_FORCED_UNWIND int guarded(Call&& call) {
     const int saved_errno = errno;
     try {
         if (const int err = call()) {
@@ -92,7 +96,7 @@ int guarded(Call&& call) {
 }
 
 template <typename Call>
-void guarded_void(Call&& call) {
+USIW_CATCHES_FORCED_UNWIND void guarded_void(Call&& call) {
     try {
         call();
     } catch (const abi::__forced_unwind&) {
