@@ -114,7 +114,7 @@ struct ReadResult {
 // reader that reads ahead hands it back (surplus()), the rest stays in the
 // socket; a frame-only reader is never read past the frame's end.
 ReadResult read_in_pieces(FuzzedDataProvider& fdp, MpaFrameReader& reader, wire::MpaKind kind,
-                          std::span<const std::byte> stream, bool close_after, bool ahead = false) {
+                          std::span<const std::byte> stream, bool close_after) {
     Wire w;
     ReadResult r;
     size_t sent = 0;
@@ -149,7 +149,7 @@ ReadResult read_in_pieces(FuzzedDataProvider& fdp, MpaFrameReader& reader, wire:
         // are the stream's remainder that was sent, in order, for the
         // datapath.
         const std::span<const std::byte> surplus = reader.surplus();
-        CHECK(ahead || surplus.empty());
+        CHECK(reader.reading() == MpaFrameReader::Reading::kAhead || surplus.empty());
         CHECK(surplus.empty() ||
               std::memcmp(surplus.data(), stream.data() + frame.size(), surplus.size()) == 0);
         const std::vector<std::byte> left = w.rest();
@@ -285,8 +285,7 @@ void responder_reads(FuzzedDataProvider& fdp) {
     const bool ahead = fdp.ConsumeBool();  // as a connection's exchange reads, or the broker
     MpaFrameReader reader(ahead ? MpaFrameReader::Reading::kAhead
                                 : MpaFrameReader::Reading::kFrameOnly);
-    const ReadResult r =
-        read_in_pieces(fdp, reader, wire::MpaKind::kRequest, stream, close_after, ahead);
+    const ReadResult r = read_in_pieces(fdp, reader, wire::MpaKind::kRequest, stream, close_after);
     switch (r.status) {
         case MpaFrameReader::Status::kMore:  // the request timer fires
         case MpaFrameReader::Status::kClosed:
@@ -348,8 +347,7 @@ void initiator_reads(FuzzedDataProvider& fdp) {
     const bool close_after = fdp.ConsumeBool();
     const std::vector<std::byte> stream = consume_bytes(fdp, kMaxStream);
     MpaFrameReader reader(MpaFrameReader::Reading::kAhead);  // as a connection's exchange reads
-    const ReadResult r =
-        read_in_pieces(fdp, reader, wire::MpaKind::kReply, stream, close_after, true);
+    const ReadResult r = read_in_pieces(fdp, reader, wire::MpaKind::kReply, stream, close_after);
     if (r.status != MpaFrameReader::Status::kFrame) {
         c.enter(ConnState::kClosed);  // connect_failed: an event, then closed
         return;
@@ -383,7 +381,7 @@ void usiw_to_usiw(FuzzedDataProvider& fdp) {
     Conn resp{ConnState::kAwaitingRequest};
     init.enter(ConnState::kSendingRequest);
     init.enter(ConnState::kAwaitingReply);
-    MpaFrameReader rreader;
+    MpaFrameReader rreader(MpaFrameReader::Reading::kAhead);  // as the exchange reads
     const ReadResult req = read_in_pieces(fdp, rreader, wire::MpaKind::kRequest,
                                           encode(cm::request_frame(offer, ipd)), false);
     CHECK(req.status == MpaFrameReader::Status::kFrame);
@@ -416,7 +414,7 @@ void usiw_to_usiw(FuzzedDataProvider& fdp) {
         }
     }
 
-    MpaFrameReader ireader;
+    MpaFrameReader ireader(MpaFrameReader::Reading::kAhead);
     const ReadResult rep = read_in_pieces(fdp, ireader, wire::MpaKind::kReply, answer, false);
     CHECK(rep.status == MpaFrameReader::Status::kFrame);
     const wire::MpaFrame& reply = ireader.parsed().frame;

@@ -38,7 +38,8 @@ class MpaFrameReader {
     // owner that passes the socket on with the frame's bytes alone.
     enum class Reading : uint8_t { kFrameOnly, kAhead };
 
-    explicit MpaFrameReader(Reading reading = Reading::kFrameOnly) : reading_(reading) {}
+    explicit MpaFrameReader(Reading reading) : reading_(reading) {}
+    Reading reading() const { return reading_; }
 
     // Reads towards one frame of `kind` from `fd` (non-blocking).
     Status read(int fd, wire::MpaKind kind);

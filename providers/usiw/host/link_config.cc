@@ -103,7 +103,7 @@ enum class ReadResult { kOk, kMissing, kFailed };
 
 ReadResult read_whole_file(const std::string& path, std::string* contents, std::string* error) {
     UniqueFd file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (file.get() < 0) {
+    if (!file) {
         if (errno == ENOENT) {
             return ReadResult::kMissing;
         }
@@ -263,7 +263,7 @@ bool replace_file(const std::string& path, const std::string& text, std::string*
     const std::filesystem::path directory = std::filesystem::path(path).parent_path();
     std::string temp_path = (directory / ".links.XXXXXX").string();
     UniqueFd temp(mkostemp(temp_path.data(), O_CLOEXEC));
-    if (temp.get() < 0) {
+    if (!temp) {
         set_error(error,
                   "cannot create a file in " + directory.string() + ": " + std::strerror(errno));
         return false;
