@@ -1,16 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #include "host/device_stats.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <new>
 
-#include "host/unique_fd.h"
+#include "host/shared_segment.h"
 
 namespace usiw {
 
@@ -89,20 +85,9 @@ std::span<const StatField> stat_fields() {
 
 DeviceStats* map_device_stats(const std::string& device, bool create, std::string* error) {
     const std::string name = segment_name(device);
-    const UniqueFd fd(shm_open(name.c_str(), O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0600));
-    if (!fd) {
-        *error = "cannot open shared counters /dev/shm" + name + ": " + strerror(errno);
-        return nullptr;
-    }
-    struct stat st {};
-    bool fresh = fstat(fd.get(), &st) == 0 && st.st_size == 0;
-    if (fresh && ftruncate(fd.get(), sizeof(DeviceStats)) != 0) {
-        *error = "cannot size shared counters: " + std::string(strerror(errno));
-        return nullptr;
-    }
-    void* p = mmap(nullptr, sizeof(DeviceStats), PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-    if (p == MAP_FAILED) {
-        *error = "cannot map shared counters: " + std::string(strerror(errno));
+    void* p = map_shared_segment(name, sizeof(DeviceStats), create, error);
+    if (!p) {
+        *error = "shared counters: " + *error;
         return nullptr;
     }
     auto* stats = static_cast<DeviceStats*>(p);

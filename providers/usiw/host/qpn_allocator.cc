@@ -1,38 +1,27 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #include "host/qpn_allocator.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <cerrno>
-#include <cstring>
 #include <string>
 
-#include "host/unique_fd.h"
+#include "host/shared_segment.h"
 
 namespace usiw {
 
 namespace {
 
 struct QpnSegment {
-    std::atomic<uint32_t> next;  // zero in a new segment, as shm_open makes it
+    std::atomic<uint32_t> next;  // zero in a new segment (map_shared_segment)
 };
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "shared between processes");
 
 std::atomic<uint32_t>* map_counter() {
     const std::string name = "/usiw." + std::to_string(getuid()) + ".qpn";
-    const UniqueFd fd(shm_open(name.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
-    if (!fd)
-        return nullptr;
-    struct stat st {};
-    if (fstat(fd.get(), &st) != 0 || (st.st_size < static_cast<off_t>(sizeof(QpnSegment)) &&
-                                      ftruncate(fd.get(), sizeof(QpnSegment)) != 0))
-        return nullptr;
-    void* p = mmap(nullptr, sizeof(QpnSegment), PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-    if (p == MAP_FAILED)
+    std::string error;  // none to report: without the segment QPNs are per process
+    void* p = map_shared_segment(name, sizeof(QpnSegment), true, &error);
+    if (!p)
         return nullptr;
     return &static_cast<QpnSegment*>(p)->next;
 }
