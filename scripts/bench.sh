@@ -41,8 +41,10 @@
 # 64-byte message rate of WRITE and SEND (with --msgrate that alone, with
 # --latency the latencies alone), after a
 # warm-up pass, the kinds taking turns --runs times; with the ratios
-# usiw/siw and usiw/rxe of the medians. Emulation slows all three; only the
-# ratios mean anything.
+# usiw/siw and usiw/rxe of the medians, and for the latencies usiw against
+# a plain TCP ping-pong in the same boot (sockperf, both ends blocking in
+# recv: what a receiver woken per message costs there). Emulation slows
+# all three; only the ratios mean anything.
 #
 # With --zerocopy it boots the guest with two virtio-net NICs instead (a
 # NIC that does not copy: loopback and veth always copy) and measures

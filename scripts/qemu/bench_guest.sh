@@ -18,7 +18,10 @@
 # ib_{write,send,read}_bw at 64 KiB and 1 MiB, ib_{write,send,read}_lat at
 # 8 B, and the 64-byte message rate of ib_write_bw and ib_send_bw (metric
 # Mmsg/s, perftest's MsgRate column). Emulation slows everything, so only ratios within this boot mean
-# anything. Writes CSV lines "kind,test,size,metric,value" to
+# anything. Beside each round of the latencies, the floor a receiver woken
+# per message starts from: a plain TCP ping-pong between two sockperf
+# processes that block in recv (kind tcp, test tcp_pingpong, 14 B, its
+# average half round trip, as bench.sh measures it on the host). Writes CSV lines "kind,test,size,metric,value" to
 # $USIW_GUEST_SHARE/guest-bench.csv (one per run) and prints them.
 #
 # Fair to every kind:
@@ -186,6 +189,18 @@ done
         done
     done
 done
+# tcp_pingpong: sockperf's TCP ping-pong of 14 B over vb for 4 s; prints
+# its average half round trip in usec.
+tcp_pingpong() {
+    sockperf sr --tcp -i 192.0.2.2 -p 11111 >/dev/null 2>&1 &
+    local spid=$!
+    poll_until 10 listening "" 11111 || echo "bench_guest: no sockperf server" >&2
+    timeout 60 sockperf pp --tcp -i 192.0.2.2 -p 11111 -m 14 -t 4 2>&1 |
+        awk '/avg-latency=/ { sub(/.*avg-latency=/, ""); print $1 }'
+    kill_tree "$spid"
+    wait "$spid" 2>/dev/null
+}
+
 for test in ib_write_lat ib_send_lat ib_read_lat; do
     for round in $(seq "$ROUNDS"); do
         for kind in $(turns "$round"); do
@@ -193,5 +208,6 @@ for test in ib_write_lat ib_send_lat ib_read_lat; do
             # bytes iterations t_min t_max t_typical t_avg ...
             record "$kind" "$test" 8 usec "$(awk '{print $6}' <<<"$r")"
         done
+        record tcp tcp_pingpong 14 usec "$(tcp_pingpong)"
     done
 done
