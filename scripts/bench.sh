@@ -38,8 +38,10 @@
 # (scripts/qemu/guest.sh) and measures usiw, kernel siw and kernel rxe side
 # by side on the same path in one boot (scripts/qemu/bench_guest.sh):
 # perftest -R bandwidth at 64 KiB and 1 MiB, 8-byte latency and the
-# 64-byte message rate of WRITE and SEND (with --msgrate that alone, with
-# --latency the latencies alone), after a
+# 64-byte message rate of WRITE and SEND, and usiw_connrate's connection
+# setup rate (over usiw, kernel siw and plain TCP; not rxe, see
+# bench_guest.sh) (with --msgrate the message rates alone, with --latency
+# the latencies alone, with --connrate the connection rates alone), after a
 # warm-up pass, the kinds taking turns --runs times; with the ratios
 # usiw/siw and usiw/rxe of the medians, and for the latencies usiw against
 # a plain TCP ping-pong in the same boot (sockperf, both ends blocking in
@@ -56,10 +58,12 @@
 # check of the small-message path, before and after a change to it).
 # With --latency, only the 8-byte latencies: sockperf ping-pong, and
 # ib_write_lat, ib_send_lat and ib_send_lat -e with their 99.9th percentiles,
-# and qperf's rc_lat.
+# and qperf's rc_lat. With --connrate, only the connection setup rates:
+# usiw_connrate over rdma_cm and over plain TCP (in the guest, over kernel
+# siw too).
 #
-# Usage: scripts/bench.sh [--quick] [--msgrate|--latency] [--runs N] [loopback|netns|all]
-#        scripts/bench.sh --guest [--quick] [--msgrate|--latency] [--runs N]  (N rounds in one boot)
+# Usage: scripts/bench.sh [--quick] [--msgrate|--latency|--connrate] [--runs N] [loopback|netns|all]
+#        scripts/bench.sh --guest [--quick] [--msgrate|--latency|--connrate] [--runs N]  (N rounds in one boot)
 #        scripts/bench.sh --zerocopy [--quick] [--runs N]  (one boot per run)
 #   --quick   shorter runs, one of each (a smoke test of the script itself)
 #   --runs N  runs of each measurement, usiw's and raw TCP's alike; the
@@ -75,6 +79,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 quick=0
 msgrate=0
 latency=0
+connrate_only=0
 guest_args=()  # what --guest passes on to bench_guest.sh after its rounds
 where=all
 guest=0
@@ -87,6 +92,7 @@ while [ $# -gt 0 ]; do
         --quick) quick=1 ;;
         --msgrate) msgrate=1 ;;
         --latency) latency=1 ;;
+        --connrate) connrate_only=1 ;;
         --runs)
             runs=${1:-}
             runs_given=1
@@ -151,9 +157,10 @@ fi
 
 # --guest: usiw against kernel siw and rxe, side by side in one boot.
 if [ $guest -eq 1 ]; then
-    [ $msgrate -eq 1 ] && [ $latency -eq 1 ] && { echo "bench.sh: --msgrate or --latency, not both" >&2; exit 2; }
+    [ $((msgrate + latency + connrate_only)) -gt 1 ] && { echo "bench.sh: one of --msgrate, --latency and --connrate" >&2; exit 2; }
     [ $msgrate -eq 1 ] && guest_args=(usiw,siw,rxe msgrate)
     [ $latency -eq 1 ] && guest_args=(usiw,siw,rxe latency)
+    [ $connrate_only -eq 1 ] && guest_args=(usiw,siw,rxe connrate)
     guest_runs guest "$top/scripts/qemu/bench_guest.sh" guest-bench.csv 1
     echo "each figure is the median of $runs run(s) in one boot, the kinds taking turns"
     /usr/bin/python3 "$top/scripts/bench_summary.py" guest "$top/build/bench/guest.csv" \
@@ -596,6 +603,16 @@ measure_latency() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
     qperf_lat_row "$@" "$lat8"
 }
 
+# The connection setup rate (also --connrate alone): rdma_cm's against
+# plain TCP connect/accept.
+measure_connrate() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
+    local path=$1 sconf=$2 snet=$3 cconf=$4 cnet=$5 addr=$6 tcp_conns
+    tcp_conns=$(median_of 1 connrate_run "$logs/$path-connrate-tcp" "$sconf" "$snet" "$cconf" \
+        "$cnet" "$addr" --tcp)
+    row "$path" usiw_connrate - conn/s "$(median_of 1 connrate_run \
+        "$logs/$path-connrate-rdma_cm" "$sconf" "$snet" "$cconf" "$cnet" "$addr")" "$tcp_conns"
+}
+
 measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
     local path=$1 sconf=$2 snet=$3 cconf=$4 cnet=$5 addr=$6
     local tcp_gbps tcp_cpu lat8 p999 lat4k mmsgs r lines
@@ -605,6 +622,10 @@ measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
     fi
     if [ $latency -eq 1 ]; then
         measure_latency "$@"
+        return
+    fi
+    if [ $connrate_only -eq 1 ]; then
+        measure_connrate "$@"
         return
     fi
     r=$(median_of 1 iperf_run "$logs/$path-iperf3" "$snet" "$cnet" "$addr")
@@ -682,11 +703,7 @@ measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
     latency_rows "$@" "$lat8" "$lat4k" "$p999" "8 4096" ib_write_lat ib_send_lat ib_read_lat \
         ib_send_lat-e
     qperf_lat_row "$@" "$lat8"
-    local tcp_conns
-    tcp_conns=$(median_of 1 connrate_run "$logs/$path-connrate-tcp" "$sconf" "$snet" "$cconf" \
-        "$cnet" "$addr" --tcp)
-    row "$path" usiw_connrate - conn/s "$(median_of 1 connrate_run \
-        "$logs/$path-connrate-rdma_cm" "$sconf" "$snet" "$cconf" "$cnet" "$addr")" "$tcp_conns"
+    measure_connrate "$@"
 }
 
 echo "each figure is the median of $runs run(s)"
@@ -713,6 +730,7 @@ if [ "$where" != loopback ]; then
         echo "veth: skipped (needs root and iproute2)"
     fi
 fi
-[ $msgrate -eq 1 ] || [ $latency -eq 1 ] || /usr/bin/python3 "$top/scripts/bench_plot.py" "$csv" "$out/results.png"
+partial=$((msgrate + latency + connrate_only))
+[ $partial -gt 0 ] || /usr/bin/python3 "$top/scripts/bench_plot.py" "$csv" "$out/results.png"
 echo
-if [ $msgrate -eq 1 ] || [ $latency -eq 1 ]; then echo "results: $csv"; else echo "results: $csv, $out/results.png"; fi
+if [ $partial -gt 0 ]; then echo "results: $csv"; else echo "results: $csv, $out/results.png"; fi

@@ -3,7 +3,7 @@
 """Summarises the qemu guest benchmarks of scripts/bench.sh: the medians of
 each measurement over the runs, as a table on stdout and a CSV.
 
-    bench_summary.py guest OUT.csv RUN.csv...     usiw against kernel siw and rxe
+    bench_summary.py guest OUT.csv RUN.csv...     usiw against kernel siw and rxe (and TCP)
     bench_summary.py zerocopy OUT.csv RUN.csv...  usiw's transmit, copy against zero copy
 
 Each RUN.csv is one run's output of scripts/qemu/bench_guest.sh
@@ -29,11 +29,12 @@ def guest(out_path, run_paths):
         for kind, test, size, metric, value in csv.reader(open(path)):
             if value and float(value) > 0:  # perftest has reported 0 under emulation
                 runs.setdefault((test, size, metric), {}).setdefault(kind, []).append(float(value))
-    # The TCP ping-pong (kind tcp) is no row of its own: it is the floor of
-    # every latency row, a receiver woken per message, in its own column.
-    tcp = None
+    # Plain TCP (kind tcp) is a column, not a row: its connect/accept rate
+    # beside the connection setup rates, and its ping-pong (no row of its
+    # own) beside every latency, the floor of a receiver woken per message.
+    pingpong = None
     for key in [k for k in runs if k[0] == "tcp_pingpong"]:
-        tcp = statistics.median(runs.pop(key)["tcp"])
+        pingpong = statistics.median(runs.pop(key)["tcp"])
     with open(out_path, "w", newline="") as f:
         out = csv.writer(f)
         out.writerow(["test", "size_bytes", "metric", "usiw", "siw", "rxe", "usiw_over_siw",
@@ -44,15 +45,16 @@ def guest(out_path, run_paths):
         for (test, size, metric), by_kind in runs.items():
             u, s, r = (statistics.median(by_kind[k]) if k in by_kind else None
                        for k in ("usiw", "siw", "rxe"))
-            t = tcp if metric == "usec" else None
+            t = statistics.median(by_kind["tcp"]) if "tcp" in by_kind else (
+                pingpong if metric == "usec" else None)
             rs, rr, rt = ratio(u, s), ratio(u, r), ratio(u, t)
             out.writerow([test, size, metric] + [cell(x, "%.3f") for x in (u, s, r)] +
                          [cell(rs), cell(rr), cell(t, "%.3f"), cell(rt)])
             print(fmt % (test, size, metric, cell(u, "%.3f"), cell(s, "%.3f"), cell(r, "%.3f"),
                          cell(rs), cell(rr), cell(t, "%.1f"), cell(rt)))
-    print("(throughput: above 1 is better for usiw; latency: below 1 is better;"
-          " tcp: sockperf's TCP ping-pong, 14 B, average half round trip, both ends"
-          " blocking in recv)")
+    print("(throughput and conn/s: above 1 is better for usiw; latency: below 1 is better;"
+          " tcp: for latencies sockperf's TCP ping-pong, 14 B, average half round trip,"
+          " both ends blocking in recv; for usiw_connrate plain TCP connect/accept)")
 
 
 def zerocopy(out_path, run_paths):

@@ -39,8 +39,9 @@
 #   ROUNDS is the number of runs of each test per kind (default 3);
 #   KINDS (default "usiw siw rxe", or with commas: usiw,siw,rxe) picks the
 #   device kinds;
-#   PARTS: all (default), msgrate for the 64-byte message rates alone, or
-#   latency for the 8-byte latencies alone.
+#   PARTS: all (default), msgrate for the 64-byte message rates alone,
+#   latency for the 8-byte latencies alone, or connrate for the connection
+#   setup rates alone.
 # Each run's output is kept in $USIW_GUEST_SHARE/logs/.
 # (Iteration counts, not perftest's -D: its duration mode reported an
 # average of 0 MB/s now and then here.)
@@ -61,10 +62,12 @@ WORK=$(mktemp -d -t bench.XXXXXX)  # under $TMPDIR: the guest's /tmp is read-onl
 load_rdma_modules rdma_rxe
 sysctl -qw net.core.netdev_max_backlog=100000
 veth_pair va "" 192.0.2.1 vb "" 192.0.2.2 || die "cannot set up the veth pair"
-for kind in siw rxe; do
-    rdma link add ${kind}a type $kind netdev va || die "rdma link add ${kind}a failed"
-    rdma link add ${kind}b type $kind netdev vb || die "rdma link add ${kind}b failed"
-done
+add_links() {  # KIND: the kernel device KIND's links on va and vb
+    rdma link add "${1}a" type "$1" netdev va || die "rdma link add ${1}a failed"
+    rdma link add "${1}b" type "$1" netdev vb || die "rdma link add ${1}b failed"
+}
+add_links siw
+# rxe's links come after the connection rates (below).
 # The client's usiw0 is on vb too. Its destination, 192.0.2.2, is local,
 # so the kernel routes to it from 192.0.2.2 itself: the address is vb's,
 # and so is the client's end of every kind's connection (siw's client
@@ -135,11 +138,15 @@ bw_iterations() {
         'BEGIN { n = int(s * m * 1048576 / z); print n < 20 ? 20 : n }'
 }
 
-# turns ROUND: the kinds in the order they take this round's turns.
+# turns ROUND [KIND...]: the kinds (default $KINDS) in the order they take
+# this round's turns.
 turns() {
-    local kinds=($KINDS) i
+    local round=$1
+    shift
+    local kinds i
+    read -r -a kinds <<<"${*:-$KINDS}"
     for i in "${!kinds[@]}"; do
-        echo "${kinds[$(((i + $1) % ${#kinds[@]}))]}"
+        echo "${kinds[$(((i + round) % ${#kinds[@]}))]}"
     done
 }
 
@@ -147,6 +154,47 @@ turns() {
 msg_iterations() {
     awk -v s="$SCALE" 'BEGIN { n = int(s * 100000); print n < 1000 ? 1000 : n }'
 }
+
+# connrate KIND: usiw_connrate's connections per second over KIND (tcp:
+# plain TCP connect/accept), 1000 connections (x SCALE), or nothing.
+connrate() {
+    local kind=$1 tcp=()
+    [ "$kind" = tcp ] && tcp=(--tcp)
+    local n
+    n=$(awk -v s="$SCALE" 'BEGIN { n = int(s * 1000); print n < 100 ? 100 : n }')
+    : >"$WORK/client"
+    server_client 18610 "" 30 "$WORK/server" "$WORK/client" \
+        run b "$kind" "$BUILD/bin/usiw_connrate" server "${tcp[@]}" -p 18610 -n "$n" 192.0.2.2 \
+        -- run a "$kind" "$BUILD/bin/usiw_connrate" client "${tcp[@]}" -p 18610 -n "$n" 192.0.2.2 ||
+        echo "bench_guest: usiw_connrate over $kind: no server after 30 s" >&2
+    cp "$WORK/server" "$LOGS/$kind-connrate.${round:-warmup}.server"
+    cp "$WORK/client" "$LOGS/$kind-connrate.${round:-warmup}.client"
+    sed -n 's/.* \([0-9.]*\) connections\/s.*/\1/p' "$WORK/client"
+}
+
+# Connection setup, before rxe has links: the kernel's rdma_cm finds the
+# device by address, and with rxe's links on the same netdevs it could
+# pick rxe for siw's turn. Without TIME_WAIT sockets meanwhile (for every
+# kind alike): kernel siw's client binds the port rdma_cm picked, and
+# once an earlier connection's port is in TIME_WAIT that fails
+# (EADDRINUSE: a run of 1,000 failed at its connection 5-53 in every
+# round but a boot's first).
+if [ "$PARTS" = all ] || [ "$PARTS" = connrate ]; then
+    conn_kinds=()
+    for kind in tcp $KINDS; do [ "$kind" = rxe ] || conn_kinds+=("$kind"); done
+    tw_buckets=$(sysctl -n net.ipv4.tcp_max_tw_buckets)
+    sysctl -qw net.ipv4.tcp_max_tw_buckets=0
+    for kind in "${conn_kinds[@]}"; do connrate "$kind" >/dev/null; done  # the warm-up
+    for round in $(seq "$ROUNDS"); do
+        for kind in $(turns "$round" "${conn_kinds[@]}"); do
+            record "$kind" usiw_connrate - conn/s "$(connrate "$kind")"
+        done
+    done
+    unset round
+    sysctl -qw net.ipv4.tcp_max_tw_buckets="$tw_buckets"
+fi
+[ "$PARTS" = connrate ] && exit 0
+[[ " $KINDS " == *" rxe "* ]] && add_links rxe
 
 for kind in $KINDS; do
     if [ "$PARTS" != latency ]; then
