@@ -17,7 +17,8 @@
 #             "ib_write_bw*": QPs connected by ibv_modify_qp, through the
 #             rendezvous), ib_write_bw -R -q 8 at 64 B (row
 #             "ib_write_bw-q8": eight QPs' message rate, whose reference is
-#             not raw TCP but the single-QP ib_write_bw 64 B row;
+#             not raw TCP but one QP's ib_write_bw 64 B rate, measured in
+#             turns with it;
 #             "ib_write_bw-q8-min": the slowest QP's inbound MB/s, from
 #             ss's byte counts of each QP's TCP stream during the run,
 #             against the fastest's), two
@@ -449,14 +450,6 @@ two_pairs() {
 # Two processes at once: two perftest pairs of ib_write_bw -R -s 64, their
 # aggregate against the single pair's rate (WRITE64), and the slower
 # pair's rate against the faster's (1 is fair).
-two_pair_rows() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR WRITE64
-    local path=$1 r
-    r=$(median_of 1 two_pairs "$logs/$path-ib_write_bw-2p-64" "${@:2:5}" ib_write_bw 64)
-    [ -n "$r" ] || echo "bench.sh: $path: two ib_write_bw pairs at once gave no sound result in" \
-        "$runs run(s); rows ib_write_bw-2p left blank" >&2
-    row "$path" ib_write_bw-2p 64 Mmsg/s "$(awk '{print $1}' <<<"$r")" "$7"
-    row "$path" ib_write_bw-2p-min 64 Mmsg/s "$(awk '{print $2}' <<<"$r")" "$(awk '{print $3}' <<<"$r")"
-}
 
 # qp_sampler NETNS PORT OUT: until killed, twice a second, appends to OUT
 # what each established TCP socket on local PORT has received so far, a
@@ -516,6 +509,35 @@ q8_rows() {
     row "$path" ib_write_bw-q8-min 64 MB/s "$lo" "$hi"
 }
 
+# Several QPs and two processes against one QP, 64-byte ib_write_bw -R:
+# each run measures one QP, eight QPs of one pair (q8_row) and two pairs
+# at once (two_pairs) back to back, so that a slow stretch of the machine
+# falls on all three alike; the one-QP figure of the message-rate rows
+# came minutes earlier. Rows ib_write_bw-q8(-min) and ib_write_bw-2p(-min),
+# against the one-QP median.
+scaling_rows() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
+    local path=$1 i out single r singles=() eights=() pairs=()
+    shift
+    for i in $(seq "$runs"); do
+        out=$(RUN=$i bw_row "$logs/$path-ib_write_bw-q1-64" "$@" ib_write_bw 64) || true
+        if [ -n "$out" ]; then singles+=("$out"); fi
+        out=$(RUN=$i q8_row "$logs/$path-ib_write_bw-q8-64" "$@" ib_write_bw 64 -q 8) || true
+        if [ -n "$out" ]; then eights+=("$out"); fi
+        out=$(RUN=$i two_pairs "$logs/$path-ib_write_bw-2p-64" "$@" ib_write_bw 64) || true
+        if [ -n "$out" ]; then pairs+=("$out"); fi
+    done
+    single=$(median_field 5 "${singles[@]}")
+    r=$(median_line 4 "${eights[@]}")
+    [ -n "$r" ] || echo "bench.sh: $path: ib_write_bw -R -q 8 gave no sound result in" \
+        "$runs run(s); rows ib_write_bw-q8 left blank" >&2
+    q8_rows "$path" "$r" "$single"
+    r=$(median_line 1 "${pairs[@]}")
+    [ -n "$r" ] || echo "bench.sh: $path: two ib_write_bw pairs at once gave no sound result in" \
+        "$runs run(s); rows ib_write_bw-2p left blank" >&2
+    row "$path" ib_write_bw-2p 64 Mmsg/s "$(awk '{print $1}' <<<"$r")" "$single"
+    row "$path" ib_write_bw-2p-min 64 Mmsg/s "$(awk '{print $2}' <<<"$r")" "$(awk '{print $3}' <<<"$r")"
+}
+
 # quotient A B: A / B to two places, or nothing without both.
 quotient() {
     [ -n "$1" ] && [ -n "$2" ] && /usr/bin/python3 -c "print('%.2f' % ($1 / $2))" 2>/dev/null || true
@@ -540,7 +562,7 @@ row() {
 
 # --msgrate: the 64-byte rows of measure() alone.
 measure_msgrate() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
-    local path=$1 sconf=$2 snet=$3 cconf=$4 cnet=$5 addr=$6 mmsgs label r write64=""
+    local path=$1 sconf=$2 snet=$3 cconf=$4 cnet=$5 addr=$6 mmsgs label r
     mmsgs=$(median_of 1 sockperf_mmsgs "$snet" "$cnet" "$addr")
     row "$path" sockperf-tp 64 Mmsg/s "$mmsgs" "$mmsgs"
     cm_args=(-R)
@@ -548,12 +570,8 @@ measure_msgrate() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
         r=$(median_of 4 bw_row "$logs/$path-$label-64" "$sconf" "$snet" "$cconf" "$cnet" \
             "$addr" "$label" 64)
         row "$path" "$label" 64 Mmsg/s "$(awk '{print $5}' <<<"$r")" "$mmsgs"
-        if [ "$label" = ib_write_bw ]; then write64=$(awk '{print $5}' <<<"$r"); fi
     done
-    r=$(median_of 4 q8_row "$logs/$path-ib_write_bw-q8-64" "$sconf" "$snet" "$cconf" "$cnet" \
-        "$addr" ib_write_bw 64 -q 8)
-    q8_rows "$path" "$r" "$write64"
-    two_pair_rows "$path" "$sconf" "$snet" "$cconf" "$cnet" "$addr" "$write64"
+    scaling_rows "$@"
 }
 
 # latency_rows PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR LAT8 LAT4K P999
@@ -641,7 +659,7 @@ measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
     row "$path" sockperf 14 usec "$lat8" "$lat8"
     row "$path" sockperf 14 p99.9_usec "$p999" "$p999"
     row "$path" sockperf-tp 64 Mmsg/s "$mmsgs" "$mmsgs"
-    local test label size sizes gbps ref_gbps ref_cpu default_gbps i out write64
+    local test label size sizes gbps ref_gbps ref_cpu default_gbps i out
     for label in ib_write_bw 'ib_write_bw*' ib_send_bw ib_read_bw; do
         test=${label%\*} cm_args=(-R) sizes="64 4096 65536 1048576"
         if [ "$label" != "$test" ]; then
@@ -680,7 +698,6 @@ measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
                 local rate
                 rate=$(awk '{print $5}' <<<"$r")
                 row "$path" "$label" "$size" Mmsg/s "$rate" "$mmsgs"
-                if [ "$label" = ib_write_bw ]; then write64=$rate; fi
             fi
             if [ "$size" -ge 65536 ]; then
                 # bytes moved in the whole run (the CPU time's span):
@@ -692,14 +709,7 @@ measure() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
         done
     done
     cm_args=(-R)
-    # Several QPs: eight QPs of one perftest pair, the aggregate message
-    # rate against the single QP's above.
-    r=$(median_of 4 q8_row "$logs/$path-ib_write_bw-q8-64" "$sconf" "$snet" "$cconf" "$cnet" \
-        "$addr" ib_write_bw 64 -q 8)
-    [ -n "$r" ] || echo "bench.sh: $path: ib_write_bw -R -q 8 gave no sound result in" \
-        "$runs run(s); rows ib_write_bw-q8 left blank" >&2
-    q8_rows "$path" "$r" "${write64:-}"
-    two_pair_rows "$path" "$sconf" "$snet" "$cconf" "$cnet" "$addr" "${write64:-}"
+    scaling_rows "$@"
     latency_rows "$@" "$lat8" "$lat4k" "$p999" "8 4096" ib_write_lat ib_send_lat ib_read_lat \
         ib_send_lat-e
     qperf_lat_row "$@" "$lat8"
@@ -712,7 +722,7 @@ printf "$table_format" path test bytes metric usiw raw-TCP ratio vs-iperf3
 echo "(raw-TCP at 64 KiB and 1 MiB: iperf3 writing that size, alternating with usiw;" \
     "vs-iperf3: usiw over the default iperf3 row; ib_write_bw*: without -R, QPs connected" \
     "by ibv_modify_qp; ib_write_bw-q8: 8 QPs, its raw-TCP column is the single-QP" \
-    "ib_write_bw 64 B rate; ib_write_bw-q8-min: the slowest of the 8 QPs (MB/s its TCP" \
+    "ib_write_bw 64 B rate measured in turns with it; ib_write_bw-q8-min: the slowest of the 8 QPs (MB/s its TCP" \
     "stream received), its raw-TCP column the fastest; ib_write_bw-2p: two perftest pairs at once, their aggregate" \
     "against the same; ib_write_bw-2p-min: the slower pair's rate, its raw-TCP column the" \
     "faster's; ib_send_lat-e and qperf-rc_lat: sleeping on the completion channel; p99.9_usec:" \
