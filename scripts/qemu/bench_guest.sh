@@ -175,10 +175,11 @@ connrate() {
 # Connection setup, before rxe has links: the kernel's rdma_cm finds the
 # device by address, and with rxe's links on the same netdevs it could
 # pick rxe for siw's turn. Without TIME_WAIT sockets meanwhile (for every
-# kind alike): kernel siw's client binds the port rdma_cm picked, and
-# once an earlier connection's port is in TIME_WAIT that fails
-# (EADDRINUSE: a run of 1,000 failed at its connection 5-53 in every
-# round but a boot's first).
+# kind alike): kernel siw's client binds the port rdma_cm picked at
+# random, and once an earlier connection to the server left that port in
+# TIME_WAIT, the connection cannot be made (rdma_connect: EADDRINUSE; a
+# run of 1,000 failed at its connection 5-53 in every round but a boot's
+# first).
 if [ "$PARTS" = all ] || [ "$PARTS" = connrate ]; then
     conn_kinds=()
     for kind in tcp $KINDS; do [ "$kind" = rxe ] || conn_kinds+=("$kind"); done
