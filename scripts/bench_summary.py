@@ -32,29 +32,35 @@ def guest(out_path, run_paths):
     # Plain TCP (kind tcp) is a column, not a row: its connect/accept rate
     # beside the connection setup rates, and its ping-pong (no row of its
     # own) beside every latency, the floor of a receiver woken per message.
-    pingpong = None
-    for key in [k for k in runs if k[0] == "tcp_pingpong"]:
-        pingpong = statistics.median(runs.pop(key)["tcp"])
+    pingpong = {}
+    for key in [k for k in runs if k[0].startswith("tcp_pingpong")]:
+        pingpong[key[0]] = statistics.median(runs.pop(key)["tcp"])
     with open(out_path, "w", newline="") as f:
         out = csv.writer(f)
         out.writerow(["test", "size_bytes", "metric", "usiw", "siw", "rxe", "usiw_over_siw",
-                      "usiw_over_rxe", "tcp_pingpong", "usiw_over_tcp"])
-        fmt = "%-13s %8s %-7s %10s %10s %10s %9s %9s %9s %9s"
+                      "usiw_over_rxe", "tcp", "usiw_over_tcp", "tcp_polled",
+                      "usiw_over_tcp_polled"])
+        fmt = "%-13s %8s %-7s %10s %10s %10s %9s %9s %9s %9s %9s %9s"
         print(fmt % ("test", "bytes", "metric", "usiw", "siw", "rxe", "usiw/siw", "usiw/rxe",
-                     "tcp", "usiw/tcp"))
+                     "tcp", "usiw/tcp", "tcp-poll", "usiw/poll"))
         for (test, size, metric), by_kind in runs.items():
             u, s, r = (statistics.median(by_kind[k]) if k in by_kind else None
                        for k in ("usiw", "siw", "rxe"))
+            latency = metric == "usec"
             t = statistics.median(by_kind["tcp"]) if "tcp" in by_kind else (
-                pingpong if metric == "usec" else None)
-            rs, rr, rt = ratio(u, s), ratio(u, r), ratio(u, t)
+                pingpong.get("tcp_pingpong") if latency else None)
+            tp = pingpong.get("tcp_pingpong_polled") if latency else None
+            rs, rr, rt, rp = ratio(u, s), ratio(u, r), ratio(u, t), ratio(u, tp)
             out.writerow([test, size, metric] + [cell(x, "%.3f") for x in (u, s, r)] +
-                         [cell(rs), cell(rr), cell(t, "%.3f"), cell(rt)])
+                         [cell(rs), cell(rr), cell(t, "%.3f"), cell(rt), cell(tp, "%.3f"),
+                          cell(rp)])
             print(fmt % (test, size, metric, cell(u, "%.3f"), cell(s, "%.3f"), cell(r, "%.3f"),
-                         cell(rs), cell(rr), cell(t, "%.1f"), cell(rt)))
+                         cell(rs), cell(rr), cell(t, "%.1f"), cell(rt), cell(tp, "%.1f"),
+                         cell(rp)))
     print("(throughput and conn/s: above 1 is better for usiw; latency: below 1 is better;"
           " tcp: for latencies sockperf's TCP ping-pong, 14 B, average half round trip,"
-          " both ends blocking in recv; for usiw_connrate plain TCP connect/accept)")
+          " both ends blocking in recv (tcp-poll: both busy-polling a non-blocking recv);"
+          " for usiw_connrate plain TCP connect/accept)")
 
 
 def zerocopy(out_path, run_paths):

@@ -18,10 +18,12 @@
 # ib_{write,send,read}_bw at 64 KiB and 1 MiB, ib_{write,send,read}_lat at
 # 8 B, and the 64-byte message rate of ib_write_bw and ib_send_bw (metric
 # Mmsg/s, perftest's MsgRate column). Emulation slows everything, so only ratios within this boot mean
-# anything. Beside each round of the latencies, the floor a receiver woken
-# per message starts from: a plain TCP ping-pong between two sockperf
-# processes that block in recv (kind tcp, test tcp_pingpong, 14 B, its
-# average half round trip, as bench.sh measures it on the host). Writes CSV lines "kind,test,size,metric,value" to
+# anything. Beside each round of the latencies, plain TCP ping-pongs
+# between two sockperf processes (kind tcp, 14 B, their average half round
+# trip): blocking in recv, as bench.sh measures it on the host, the floor
+# of a receiver woken per message (test tcp_pingpong); and busy-polling a
+# non-blocking recv, the floor of a receiver that polls as perftest's
+# latency tests do (tcp_pingpong_polled). Writes CSV lines "kind,test,size,metric,value" to
 # $USIW_GUEST_SHARE/guest-bench.csv (one per run) and prints them.
 #
 # Fair to every kind:
@@ -238,13 +240,15 @@ done
         done
     done
 done
-# tcp_pingpong: sockperf's TCP ping-pong of 14 B over vb for 4 s; prints
-# its average half round trip in usec.
+# tcp_pingpong [--nonblocked]: sockperf's TCP ping-pong of 14 B over vb
+# for 4 s, both ends blocking in recv (or, with --nonblocked, both
+# busy-polling a non-blocking recv, as perftest's latency tests poll);
+# prints its average half round trip in usec.
 tcp_pingpong() {
-    sockperf sr --tcp -i 192.0.2.2 -p 11111 >/dev/null 2>&1 &
+    sockperf sr --tcp -i 192.0.2.2 -p 11111 "$@" >/dev/null 2>&1 &
     local spid=$!
     poll_until 10 listening "" 11111 || echo "bench_guest: no sockperf server" >&2
-    timeout 60 sockperf pp --tcp -i 192.0.2.2 -p 11111 -m 14 -t 4 2>&1 |
+    timeout 60 sockperf pp --tcp -i 192.0.2.2 -p 11111 -m 14 -t 4 "$@" 2>&1 |
         awk '/avg-latency=/ { sub(/.*avg-latency=/, ""); print $1 }'
     kill_tree "$spid"
     wait "$spid" 2>/dev/null
@@ -258,5 +262,6 @@ for test in ib_write_lat ib_send_lat ib_read_lat; do
             record "$kind" "$test" 8 usec "$(awk '{print $6}' <<<"$r")"
         done
         record tcp tcp_pingpong 14 usec "$(tcp_pingpong)"
+        record tcp tcp_pingpong_polled 14 usec "$(tcp_pingpong --nonblocked)"
     done
 done
