@@ -447,10 +447,6 @@ two_pairs() {
         }'
 }
 
-# Two processes at once: two perftest pairs of ib_write_bw -R -s 64, their
-# aggregate against the single pair's rate (WRITE64), and the slower
-# pair's rate against the faster's (1 is fair).
-
 # qp_sampler NETNS PORT OUT: until killed, twice a second, appends to OUT
 # what each established TCP socket on local PORT has received so far, a
 # line each: "SECONDS PEER BYTES" (ss's bytes_received). Each QP of usiw is
@@ -513,8 +509,10 @@ q8_rows() {
 # each run measures one QP, eight QPs of one pair (q8_row) and two pairs
 # at once (two_pairs) back to back, so that a slow stretch of the machine
 # falls on all three alike; the one-QP figure of the message-rate rows
-# came minutes earlier. Rows ib_write_bw-q8(-min) and ib_write_bw-2p(-min),
-# against the one-QP median.
+# came minutes earlier. Rows ib_write_bw-q8 and ib_write_bw-2p: the
+# aggregates against the one-QP median; ib_write_bw-q8-min and
+# ib_write_bw-2p-min: the slowest QP against the fastest, the slower pair
+# against the faster (1 is fair).
 scaling_rows() {  # PATH SERVER_CONF SERVER_NS CLIENT_CONF CLIENT_NS ADDR
     local path=$1 i out single r singles=() eights=() pairs=()
     shift

@@ -30,8 +30,9 @@ def guest(out_path, run_paths):
             if value and float(value) > 0:  # perftest has reported 0 under emulation
                 runs.setdefault((test, size, metric), {}).setdefault(kind, []).append(float(value))
     # Plain TCP (kind tcp) is a column, not a row: its connect/accept rate
-    # beside the connection setup rates, and its ping-pong (no row of its
-    # own) beside every latency, the floor of a receiver woken per message.
+    # beside the connection setup rates, and its two ping-pongs (no rows of
+    # their own) beside every latency: blocking, the floor of a receiver
+    # woken per message, and polling, the floor of one that polls.
     pingpong = {}
     for key in [k for k in runs if k[0].startswith("tcp_pingpong")]:
         pingpong[key[0]] = statistics.median(runs.pop(key)["tcp"])
