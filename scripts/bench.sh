@@ -231,33 +231,13 @@ print("%.2f %d" % (end["bits_per_second"] / 1e9, end["bytes"]))' "$log.client.js
     echo "$gbps $(per_gib "$(cpu_sum "$log.cpu-server" "$log.cpu-client")" "$bytes")"
 }
 
-# sockperf_pair SERVER_NS CLIENT_NS ADDR PORT MODE ARGS...: a sockperf TCP
-# server, and `sockperf MODE ARGS...` against it for $seconds; prints what
-# the client says.
-sockperf_pair() {
-    local snet=$1 cnet=$2 addr=$3 port=$4
-    shift 4
-    in_ns "$snet" sockperf sr --tcp -i "$addr" -p "$port" >/dev/null 2>&1 &
-    local spid=$!
-    wait_listen "$snet" 10 "$port"
-    if ! kill -0 "$spid" 2>/dev/null; then
-        echo "bench.sh: the sockperf server for port $port exited (is the port in use?)" >&2
-        return 0
-    fi
-    in_ns "$cnet" sockperf "$@" --tcp -i "$addr" -p "$port" -t "$seconds" 2>&1 || true
-    # kill_tree: killing the background function alone would leave
-    # sockperf running (and serving the next run's clients).
-    kill_tree "$spid"
-    wait "$spid" 2>/dev/null || true
-}
-
 # Raw TCP ping-pong latency (sockperf: half the round trip; it blocks in
 # recv, where perftest busy-polls its CQ): prints the average and the
 # 99.9th percentile in usec ("avg-latency=A (std-dev=...)" and
 # "---> percentile 99.900 = P" in its summary; the average alone when the
 # summary has no percentiles).
 sockperf_pp() {  # SERVER_NS CLIENT_NS ADDR SIZE
-    sockperf_pair "$1" "$2" "$3" 5302 pp -m "$4" |
+    sockperf_pair "$1" "$2" "$3" 5302 "$seconds" -- pp -m "$4" |
         awk '/avg-latency=/ { sub(/.*avg-latency=/, ""); avg = $1 }
              $3 == "percentile" && $4 == "99.900" { p999 = $6 }
              END { if (avg != "") print avg (p999 != "" ? " " p999 : "") }'
@@ -266,7 +246,7 @@ sockperf_pp() {  # SERVER_NS CLIENT_NS ADDR SIZE
 # Raw TCP message rate in millions of messages per second: one stream of
 # 64-byte sends (sockperf throughput mode, counted at the sender).
 sockperf_mmsgs() {  # SERVER_NS CLIENT_NS ADDR
-    sockperf_pair "$1" "$2" "$3" 5303 tp -m 64 |
+    sockperf_pair "$1" "$2" "$3" 5303 "$seconds" -- tp -m 64 |
         sed -n 's/.*Message Rate is \([0-9]*\) .*/\1/p' | tail -n 1 |
         awk '{ printf "%.3f", $1 / 1e6 }'
 }

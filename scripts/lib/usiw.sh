@@ -222,6 +222,30 @@ server_client() {
     return 0
 }
 
+# sockperf_pair SERVER_NS CLIENT_NS ADDR PORT SECONDS [SERVER_ARG...] -- MODE [CLIENT_ARG...]
+# A sockperf TCP server (`sockperf sr`, with SERVER_ARGs) on ADDR:PORT in
+# SERVER_NS and, once it listens, `sockperf MODE CLIENT_ARGs` against it
+# from CLIENT_NS for SECONDS; prints what the client says, and nothing
+# (with a line on stderr) when no server listened. The server is ended
+# after (its whole process tree: a background function is a subshell, and
+# killing it alone would leave sockperf serving the next run's clients).
+sockperf_pair() {
+    local snet=$1 cnet=$2 addr=$3 port=$4 seconds=$5
+    shift 5
+    split_at_dashes "$@"
+    local client=("${after[@]}")
+    in_ns "$snet" sockperf sr --tcp -i "$addr" -p "$port" "${before[@]}" >/dev/null 2>&1 &
+    local spid=$!
+    if wait_listen "$snet" 10 "$port" && kill -0 "$spid" 2>/dev/null; then
+        in_ns "$cnet" timeout $((seconds + 60)) \
+            sockperf "${client[@]}" --tcp -i "$addr" -p "$port" -t "$seconds" 2>&1 || true
+    else
+        echo "sockperf_pair: no sockperf server on port $port (is the port in use?)" >&2
+    fi
+    kill_tree "$spid"
+    wait "$spid" 2>/dev/null || true
+}
+
 # --- network namespaces and veth pairs ---
 
 # netns_del NETNS...: deletes the network namespaces (for an EXIT trap).

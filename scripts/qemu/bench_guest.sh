@@ -245,13 +245,8 @@ done
 # busy-polling a non-blocking recv, as perftest's latency tests poll);
 # prints its average half round trip in usec.
 tcp_pingpong() {
-    sockperf sr --tcp -i 192.0.2.2 -p 11111 "$@" >/dev/null 2>&1 &
-    local spid=$!
-    poll_until 10 listening "" 11111 || echo "bench_guest: no sockperf server" >&2
-    timeout 60 sockperf pp --tcp -i 192.0.2.2 -p 11111 -m 14 -t 4 "$@" 2>&1 |
+    sockperf_pair "" "" 192.0.2.2 11111 4 "$@" -- pp -m 14 "$@" |
         awk '/avg-latency=/ { sub(/.*avg-latency=/, ""); print $1 }'
-    kill_tree "$spid"
-    wait "$spid" 2>/dev/null
 }
 
 for test in ib_write_lat ib_send_lat ib_read_lat; do
