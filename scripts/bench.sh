@@ -64,12 +64,21 @@
 # siw too).
 #
 # Usage: scripts/bench.sh [--quick] [--msgrate|--latency|--connrate] [--runs N] [loopback|netns|all]
-#        scripts/bench.sh --guest [--quick] [--msgrate|--latency|--connrate] [--runs N]  (N rounds in one boot)
+#        scripts/bench.sh --guest [--quick] [--msgrate|--latency|--connrate] [--runs N]
+#                         [--compare NAME=DIR[,NAME=DIR...]]  (N rounds in one boot)
 #        scripts/bench.sh --zerocopy [--quick] [--runs N]  (one boot per run)
 #   --quick   shorter runs, one of each (a smoke test of the script itself)
 #   --runs N  runs of each measurement, usiw's and raw TCP's alike; the
 #             table shows the median (default 3: on a shared 2-core VM one
 #             run can be half or double the next)
+#   --compare NAME=DIR,...  (with --guest) also usiw from other builds
+#             (DIR: a build directory, as scripts/build.sh DIR makes it),
+#             as device kinds of their own named NAME, taking turns with
+#             this tree's usiw, siw and rxe in the same boot; the summary
+#             adds each one's medians and its ratio to this tree's usiw.
+#             How a change to the datapath is measured under emulation,
+#             where one boot differs from the next more than most changes
+#             do.
 # Output: build/bench/results.csv, build/bench/results.png, and the output
 # of every program run (with its CPU time) in build/bench/logs/;
 # with --guest, build/bench/guest.csv (each boot's log: build/bench/guest/).
@@ -82,6 +91,7 @@ msgrate=0
 latency=0
 connrate_only=0
 guest_args=()  # what --guest passes on to bench_guest.sh after its rounds
+compare=""     # --compare's NAME=DIR list, with commas
 where=all
 guest=0
 runs=3
@@ -101,6 +111,11 @@ while [ $# -gt 0 ]; do
             [[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "bench.sh: --runs wants a count" >&2; exit 2; }
             ;;
         --guest) guest=1 ;;
+        --compare)
+            compare=${1:-}
+            shift || true
+            [ -n "$compare" ] || { echo "bench.sh: --compare wants NAME=DIR[,NAME=DIR...]" >&2; exit 2; }
+            ;;
         --zerocopy) guest=2 ;;
         loopback | netns | all) where=$arg ;;
         -h | --help) sed -n '3,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
@@ -108,6 +123,22 @@ while [ $# -gt 0 ]; do
     esac
 done
 [ $quick -eq 1 ] && [ $runs_given -eq 0 ] && runs=1
+if [ -n "$compare" ]; then
+    [ $guest -eq 1 ] || { echo "bench.sh: --compare goes with --guest" >&2; exit 2; }
+    IFS=, read -r -a compared <<<"$compare"
+    for build in "${compared[@]}"; do
+        name=${build%%=*} dir=${build#*=}
+        if [[ ! $name =~ ^[a-z][a-z0-9_-]*$ ]] || [ "$build" = "$name" ] ||
+            [[ " usiw siw rxe tcp " == *" $name "* ]]; then
+            echo "bench.sh: --compare wants NAME=DIR (NAME: lower case, not usiw, siw, rxe or tcp), not '$build'" >&2
+            exit 2
+        fi
+        if [[ $dir != /* ]] || [ ! -x "$dir/bin/usiw" ]; then
+            echo "bench.sh: --compare $name: $dir/bin/usiw is missing (DIR: the absolute path of a build directory; build it with scripts/build.sh DIR)" >&2
+            exit 2
+        fi
+    done
+fi
 
 "$top/scripts/install-deps.sh"
 # The raw-TCP references, GNU time and gnuplot: only the benchmark needs
@@ -159,9 +190,11 @@ fi
 # --guest: usiw against kernel siw and rxe, side by side in one boot.
 if [ $guest -eq 1 ]; then
     [ $((msgrate + latency + connrate_only)) -gt 1 ] && { echo "bench.sh: one of --msgrate, --latency and --connrate" >&2; exit 2; }
-    [ $msgrate -eq 1 ] && guest_args=(usiw,siw,rxe msgrate)
-    [ $latency -eq 1 ] && guest_args=(usiw,siw,rxe latency)
-    [ $connrate_only -eq 1 ] && guest_args=(usiw,siw,rxe connrate)
+    kinds=usiw,siw,rxe${compare:+,$compare}
+    guest_args=("$kinds" all)
+    [ $msgrate -eq 1 ] && guest_args=("$kinds" msgrate)
+    [ $latency -eq 1 ] && guest_args=("$kinds" latency)
+    [ $connrate_only -eq 1 ] && guest_args=("$kinds" connrate)
     guest_runs guest "$top/scripts/qemu/bench_guest.sh" guest-bench.csv 1
     echo "each figure is the median of $runs run(s) in one boot, the kinds taking turns"
     /usr/bin/python3 "$top/scripts/bench_summary.py" guest "$top/build/bench/guest.csv" \

@@ -3,7 +3,8 @@
 """Summarises the qemu guest benchmarks of scripts/bench.sh: the medians of
 each measurement over the runs, as a table on stdout and a CSV.
 
-    bench_summary.py guest OUT.csv RUN.csv...     usiw against kernel siw and rxe (and TCP)
+    bench_summary.py guest OUT.csv RUN.csv...     usiw against kernel siw and rxe (and TCP),
+                                                  and other builds of usiw (bench.sh --compare)
     bench_summary.py zerocopy OUT.csv RUN.csv...  usiw's transmit, copy against zero copy
 
 Each RUN.csv is one run's output of scripts/qemu/bench_guest.sh
@@ -36,11 +37,16 @@ def guest(out_path, run_paths):
     pingpong = {}
     for key in [k for k in runs if k[0].startswith("tcp_pingpong")]:
         pingpong[key[0]] = statistics.median(runs.pop(key)["tcp"])
+    # Other builds of usiw (bench.sh --compare): a column each, beside this
+    # tree's usiw, and their ratio to it.
+    compared = sorted({k for by_kind in runs.values() for k in by_kind} -
+                      {"usiw", "siw", "rxe", "tcp"})
     with open(out_path, "w", newline="") as f:
         out = csv.writer(f)
         out.writerow(["test", "size_bytes", "metric", "usiw", "siw", "rxe", "usiw_over_siw",
                       "usiw_over_rxe", "tcp", "usiw_over_tcp", "tcp_polled",
-                      "usiw_over_tcp_polled"])
+                      "usiw_over_tcp_polled"] +
+                     [c for name in compared for c in (name, name + "_over_usiw")])
         fmt = "%-13s %8s %-7s %10s %10s %10s %9s %9s %9s %9s %9s %9s"
         print(fmt % ("test", "bytes", "metric", "usiw", "siw", "rxe", "usiw/siw", "usiw/rxe",
                      "tcp", "usiw/tcp", "tcp-poll", "usiw/poll"))
@@ -52,9 +58,11 @@ def guest(out_path, run_paths):
                 pingpong.get("tcp_pingpong") if latency else None)
             tp = pingpong.get("tcp_pingpong_polled") if latency else None
             rs, rr, rt, rp = ratio(u, s), ratio(u, r), ratio(u, t), ratio(u, tp)
+            others = [statistics.median(by_kind[k]) if k in by_kind else None for k in compared]
             out.writerow([test, size, metric] + [cell(x, "%.3f") for x in (u, s, r)] +
                          [cell(rs), cell(rr), cell(t, "%.3f"), cell(rt), cell(tp, "%.3f"),
-                          cell(rp)])
+                          cell(rp)] +
+                         [c for o in others for c in (cell(o, "%.3f"), cell(ratio(o, u)))])
             print(fmt % (test, size, metric, cell(u, "%.3f"), cell(s, "%.3f"), cell(r, "%.3f"),
                          cell(rs), cell(rr), cell(t, "%.1f"), cell(rt), cell(tp, "%.1f"),
                          cell(rp)))
@@ -62,6 +70,19 @@ def guest(out_path, run_paths):
           " tcp: for latencies sockperf's TCP ping-pong, 14 B, average half round trip,"
           " both ends blocking in recv (tcp-poll: both busy-polling a non-blocking recv);"
           " for usiw_connrate plain TCP connect/accept)")
+    if not compared:
+        return
+    fmt = "%-13s %8s %-7s %10s" + " %10s %9s" * len(compared)
+    print()
+    print(fmt % (("test", "bytes", "metric", "usiw") +
+                 tuple(c for name in compared for c in (name, name + "/usiw"))))
+    for (test, size, metric), by_kind in runs.items():
+        u = statistics.median(by_kind["usiw"]) if "usiw" in by_kind else None
+        others = [statistics.median(by_kind[k]) if k in by_kind else None for k in compared]
+        print(fmt % ((test, size, metric, cell(u, "%.3f")) +
+                     tuple(c for o in others for c in (cell(o, "%.3f"), cell(ratio(o, u))))))
+    print("(the other builds of usiw, in turns with this tree's in the same boot: medians, and"
+          " their ratio to this tree's usiw)")
 
 
 def zerocopy(out_path, run_paths):

@@ -40,7 +40,9 @@
 #   SCALE multiplies the iteration counts (default 1; --quick passes less);
 #   ROUNDS is the number of runs of each test per kind (default 3);
 #   KINDS (default "usiw siw rxe", or with commas: usiw,siw,rxe) picks the
-#   device kinds;
+#   device kinds; a kind NAME=DIR is usiw from another build (DIR, a build
+#   directory on this machine: bench.sh --compare), recorded as NAME and
+#   run in turns with the others exactly as usiw is;
 #   PARTS: all (default), msgrate for the 64-byte message rates alone,
 #   latency for the 8-byte latencies alone, or connrate for the connection
 #   setup rates alone.
@@ -53,9 +55,17 @@ BUILD=${1:?usage: bench_guest.sh BUILD_DIR [SCALE [ROUNDS [KINDS]]]}
 SCALE=${2:-1}
 ROUNDS=${3:-3}
 KINDS=${4:-usiw siw rxe}
-KINDS=${KINDS//,/ }
+declare -A BUILD_OF=([usiw]=$BUILD)  # the usiw kinds' build directories
+kinds=()
+for kind in ${KINDS//,/ }; do
+    if [[ $kind == *=* ]]; then
+        BUILD_OF[${kind%%=*}]=${kind#*=}
+        kind=${kind%%=*}
+    fi
+    kinds+=("$kind")
+done
+KINDS=${kinds[*]}
 PARTS=${5:-all}
-USIW=$BUILD/bin/usiw
 CSV=${USIW_GUEST_SHARE:?run this in the guest (scripts/qemu/guest.sh)}/guest-bench.csv
 LOGS=$USIW_GUEST_SHARE/logs
 mkdir -p "$LOGS"
@@ -88,15 +98,15 @@ run() {
     shift 2
     # Line-buffered, so that a run killed by the timeout still shows how far
     # it got.
-    if [ "$kind" = usiw ]; then
-        with_links "$WORK/$side" timeout 120 stdbuf -oL "$USIW" run "$@"
+    if [ -n "${BUILD_OF[$kind]:-}" ]; then
+        with_links "$WORK/$side" timeout 120 stdbuf -oL "${BUILD_OF[$kind]}/bin/usiw" run "$@"
     else
         timeout 120 stdbuf -oL "$@"
     fi
 }
 
 device() {  # SIDE KIND
-    case $2 in usiw) echo usiw0 ;; *) echo "$2$1" ;; esac
+    if [ -n "${BUILD_OF[$2]:-}" ]; then echo usiw0; else echo "$2$1"; fi
 }
 
 # perftest KIND TEST ARGS...: prints the result row, the receiver's for
@@ -160,14 +170,15 @@ msg_iterations() {
 # connrate KIND: usiw_connrate's connections per second over KIND (tcp:
 # plain TCP connect/accept), 1000 connections (x SCALE), or nothing.
 connrate() {
-    local kind=$1 tcp=()
+    local kind=$1 tcp=() connrate=$BUILD/bin/usiw_connrate
     [ "$kind" = tcp ] && tcp=(--tcp)
+    [ -n "${BUILD_OF[$kind]:-}" ] && connrate=${BUILD_OF[$kind]}/bin/usiw_connrate
     local n
     n=$(awk -v s="$SCALE" 'BEGIN { n = int(s * 1000); print n < 100 ? 100 : n }')
     : >"$WORK/client"
     server_client 18610 "" 30 "$WORK/server" "$WORK/client" \
-        run b "$kind" "$BUILD/bin/usiw_connrate" server "${tcp[@]}" -p 18610 -n "$n" 192.0.2.2 \
-        -- run a "$kind" "$BUILD/bin/usiw_connrate" client "${tcp[@]}" -p 18610 -n "$n" 192.0.2.2 ||
+        run b "$kind" "$connrate" server "${tcp[@]}" -p 18610 -n "$n" 192.0.2.2 \
+        -- run a "$kind" "$connrate" client "${tcp[@]}" -p 18610 -n "$n" 192.0.2.2 ||
         echo "bench_guest: usiw_connrate over $kind: no server after 30 s" >&2
     cp "$WORK/server" "$LOGS/$kind-connrate.${round:-warmup}.server"
     cp "$WORK/client" "$LOGS/$kind-connrate.${round:-warmup}.client"
