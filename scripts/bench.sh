@@ -190,11 +190,11 @@ fi
 # --guest: usiw against kernel siw and rxe, side by side in one boot.
 if [ $guest -eq 1 ]; then
     [ $((msgrate + latency + connrate_only)) -gt 1 ] && { echo "bench.sh: one of --msgrate, --latency and --connrate" >&2; exit 2; }
-    kinds=usiw,siw,rxe${compare:+,$compare}
-    guest_args=("$kinds" all)
-    [ $msgrate -eq 1 ] && guest_args=("$kinds" msgrate)
-    [ $latency -eq 1 ] && guest_args=("$kinds" latency)
-    [ $connrate_only -eq 1 ] && guest_args=("$kinds" connrate)
+    parts=all
+    [ $msgrate -eq 1 ] && parts=msgrate
+    [ $latency -eq 1 ] && parts=latency
+    [ $connrate_only -eq 1 ] && parts=connrate
+    guest_args=("usiw,siw,rxe${compare:+,$compare}" "$parts")
     guest_runs guest "$top/scripts/qemu/bench_guest.sh" guest-bench.csv 1
     echo "each figure is the median of $runs run(s) in one boot, the kinds taking turns"
     /usr/bin/python3 "$top/scripts/bench_summary.py" guest "$top/build/bench/guest.csv" \

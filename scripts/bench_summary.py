@@ -37,10 +37,17 @@ def guest(out_path, run_paths):
     pingpong = {}
     for key in [k for k in runs if k[0].startswith("tcp_pingpong")]:
         pingpong[key[0]] = statistics.median(runs.pop(key)["tcp"])
+    medians = {key: {kind: statistics.median(values) for kind, values in by_kind.items()}
+               for key, by_kind in runs.items()}
     # Other builds of usiw (bench.sh --compare): a column each, beside this
     # tree's usiw, and their ratio to it.
-    compared = sorted({k for by_kind in runs.values() for k in by_kind} -
+    compared = sorted({k for by_kind in medians.values() for k in by_kind} -
                       {"usiw", "siw", "rxe", "tcp"})
+
+    def compared_cells(m):  # each other build's median and its ratio to usiw
+        return [c for k in compared
+                for c in (cell(m.get(k), "%.3f"), cell(ratio(m.get(k), m.get("usiw"))))]
+
     with open(out_path, "w", newline="") as f:
         out = csv.writer(f)
         out.writerow(["test", "size_bytes", "metric", "usiw", "siw", "rxe", "usiw_over_siw",
@@ -50,19 +57,15 @@ def guest(out_path, run_paths):
         fmt = "%-13s %8s %-7s %10s %10s %10s %9s %9s %9s %9s %9s %9s"
         print(fmt % ("test", "bytes", "metric", "usiw", "siw", "rxe", "usiw/siw", "usiw/rxe",
                      "tcp", "usiw/tcp", "tcp-poll", "usiw/poll"))
-        for (test, size, metric), by_kind in runs.items():
-            u, s, r = (statistics.median(by_kind[k]) if k in by_kind else None
-                       for k in ("usiw", "siw", "rxe"))
+        for (test, size, metric), m in medians.items():
+            u, s, r = m.get("usiw"), m.get("siw"), m.get("rxe")
             latency = metric == "usec"
-            t = statistics.median(by_kind["tcp"]) if "tcp" in by_kind else (
-                pingpong.get("tcp_pingpong") if latency else None)
+            t = m["tcp"] if "tcp" in m else (pingpong.get("tcp_pingpong") if latency else None)
             tp = pingpong.get("tcp_pingpong_polled") if latency else None
             rs, rr, rt, rp = ratio(u, s), ratio(u, r), ratio(u, t), ratio(u, tp)
-            others = [statistics.median(by_kind[k]) if k in by_kind else None for k in compared]
             out.writerow([test, size, metric] + [cell(x, "%.3f") for x in (u, s, r)] +
                          [cell(rs), cell(rr), cell(t, "%.3f"), cell(rt), cell(tp, "%.3f"),
-                          cell(rp)] +
-                         [c for o in others for c in (cell(o, "%.3f"), cell(ratio(o, u)))])
+                          cell(rp)] + compared_cells(m))
             print(fmt % (test, size, metric, cell(u, "%.3f"), cell(s, "%.3f"), cell(r, "%.3f"),
                          cell(rs), cell(rr), cell(t, "%.1f"), cell(rt), cell(tp, "%.1f"),
                          cell(rp)))
@@ -76,11 +79,8 @@ def guest(out_path, run_paths):
     print()
     print(fmt % (("test", "bytes", "metric", "usiw") +
                  tuple(c for name in compared for c in (name, name + "/usiw"))))
-    for (test, size, metric), by_kind in runs.items():
-        u = statistics.median(by_kind["usiw"]) if "usiw" in by_kind else None
-        others = [statistics.median(by_kind[k]) if k in by_kind else None for k in compared]
-        print(fmt % ((test, size, metric, cell(u, "%.3f")) +
-                     tuple(c for o in others for c in (cell(o, "%.3f"), cell(ratio(o, u))))))
+    for (test, size, metric), m in medians.items():
+        print(fmt % tuple([test, size, metric, cell(m.get("usiw"), "%.3f")] + compared_cells(m)))
     print("(the other builds of usiw, in turns with this tree's in the same boot: medians, and"
           " their ratio to this tree's usiw)")
 

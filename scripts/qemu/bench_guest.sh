@@ -170,9 +170,8 @@ msg_iterations() {
 # connrate KIND: usiw_connrate's connections per second over KIND (tcp:
 # plain TCP connect/accept), 1000 connections (x SCALE), or nothing.
 connrate() {
-    local kind=$1 tcp=() connrate=$BUILD/bin/usiw_connrate
+    local kind=$1 tcp=() connrate=${BUILD_OF[$1]:-$BUILD}/bin/usiw_connrate
     [ "$kind" = tcp ] && tcp=(--tcp)
-    [ -n "${BUILD_OF[$kind]:-}" ] && connrate=${BUILD_OF[$kind]}/bin/usiw_connrate
     local n
     n=$(awk -v s="$SCALE" 'BEGIN { n = int(s * 1000); print n < 100 ? 100 : n }')
     : >"$WORK/client"
