@@ -647,6 +647,31 @@ void test_bulk_input_poll(void**) {
     assert_false(off.polling(t0));
 }
 
+// How the engine's thread waits for its sockets after an application thread
+// busy-polled: a look's length and under SCHED_BATCH while the poller has
+// paused, unless the engine's own last round found input; as ever once the
+// poller said it sleeps (its stamp cleared) or kPausedNs went by.
+void test_socket_wait_plan(void**) {
+    using usiw::SocketWait;
+    constexpr uint64_t kPaused = SocketWait::kPausedNs;
+    const uint64_t t0 = 5'000'000'000;
+    const auto plan = [](uint64_t now, uint64_t polled, bool input) {
+        const SocketWait w = SocketWait::plan(now, polled, input);
+        return (w.paused ? 1 : 0) + (w.aside ? 2 : 0);
+    };
+    constexpr int kAsIdle = 0, kPausedOnly = 1, kPausedAside = 3;
+    assert_int_equal(plan(t0, 0, false), kAsIdle);  // never busy-polled, or sleeps
+    assert_int_equal(plan(t0, 0, true), kAsIdle);
+    assert_int_equal(plan(t0, t0 - 200'000, false), kPausedAside);
+    assert_int_equal(plan(t0, t0 - kPaused + 1, false), kPausedAside);
+    assert_int_equal(plan(t0, t0 - 200'000, true), kPausedOnly);
+    assert_int_equal(plan(t0, t0 - kPaused, false), kAsIdle);
+    assert_int_equal(plan(t0, t0 - 3 * kPaused, true), kAsIdle);
+    // A stamp taken after the engine read its clock is a poll of now.
+    assert_int_equal(plan(t0, t0 + 1'000, false), kPausedAside);
+    assert_int_equal(plan(t0, t0, false), kPausedAside);
+}
+
 // Whether a bulk round starts the looking: the machine's load is asked only
 // when a look begins (after a sleep), and not at all where the policy
 // forbids looking.
@@ -761,6 +786,7 @@ int main(void) {
         cmocka_unit_test(test_zero_threshold_counts_every_round),
         cmocka_unit_test(test_channel_wait_polling),
         cmocka_unit_test(test_bulk_input_poll),
+        cmocka_unit_test(test_socket_wait_plan),
         cmocka_unit_test(test_poll_allowed_asks_the_load_when_a_look_begins),
         cmocka_unit_test(test_direct_read_choice),
         cmocka_unit_test(test_input_cpu_follower),

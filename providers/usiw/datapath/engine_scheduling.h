@@ -417,6 +417,42 @@ class ChannelWaitPolling {
     unsigned long_waits_ = 0;  // in a row, up to kLongWaits
 };
 
+// How the engine's thread waits for its sockets while no application
+// thread busy-polls (Engine::run, datapath/progress.cc). One that
+// busy-polled within kPausedNs, and has not said it sleeps, has more likely
+// paused (to post its reply, or preempted) than stopped. Meanwhile every
+// segment that arrives wakes the waiting thread, even one the poller has
+// read by the time the thread runs: the kernel then puts it back to sleep
+// within the same epoll_wait, which may last a second, and under the
+// default policy or real time each such wake-up preempts a poller. In the
+// qemu guest a wait begun in one of ib_send_lat's pauses took a poller's
+// CPU once per round trip for the rest of the run (`perf record` of the
+// wake-ups: ib_send_lat's sendmsg through sock_def_readable and
+// ep_poll_callback, 2,400-2,900 times in 2,000 round trips, the thread in
+// one epoll_pwait2 all along; Documentation/performance.md, "The guest's
+// ib_send_lat slow mode"). So while the application has paused, the wait
+// lasts no longer than a step-aside look, and is spent under SCHED_BATCH
+// unless the engine's last round found input: no poller had taken that,
+// and the next may need the engine as soon as it comes.
+struct SocketWait {
+    static constexpr uint64_t kPausedNs = 10'000'000;
+
+    bool paused = false;  // wait no longer than a step-aside look
+    bool aside = false;   // and under SCHED_BATCH
+
+    // `busy_polled_ns`: when an application thread last busy-polled (0:
+    // never, or it has said it sleeps since); `round_found_input`: whether
+    // the engine's last round that found streams found input on one.
+    static SocketWait plan(uint64_t now_ns, uint64_t busy_polled_ns, bool round_found_input) {
+        SocketWait w;
+        // A poller's stamp may be later than `now_ns`, read before it.
+        w.paused = busy_polled_ns != 0 &&
+                   (busy_polled_ns >= now_ns || now_ns - busy_polled_ns < kPausedNs);
+        w.aside = w.paused && !round_found_input;
+        return w;
+    }
+};
+
 // After a round of bulk input the progress thread keeps looking at its
 // sockets, without sleeping, for USIW_ENGINE_POLL_US (settings::
 // engine_poll_ns()). On loopback or a veth the sender's own system call

@@ -160,13 +160,14 @@ class Engine {
     }
 
     // How long the engine's thread may wait for its sockets: until the
-    // earliest deadline of a held transmitter, or a second. It says when it
+    // earliest deadline of a held transmitter, or a second (a step-aside
+    // look while the application has paused its polling). It says when it
     // will look (wakes_at_ns_), so that a hold with an earlier deadline
     // wakes it.
-    timespec plan_wait() {
+    timespec plan_wait(bool paused) {
         std::lock_guard lock(held_mutex_);
         const uint64_t now = monotonic_ns();
-        uint64_t until = now + kIdleWaitNs;
+        uint64_t until = now + (paused ? kStepAsideCheckUs * 1000ull : kIdleWaitNs);
         for (const HeldTransmit& h : held_)
             until = std::min(until, h.deadline_ns);
         wakes_at_ns_ = until;
@@ -221,7 +222,8 @@ class Engine {
         EngineScheduling scheduling(settings::engine_sched(), settings::engine_late_ns());
         BulkInputPoll bulk_poll(settings::engine_poll_ns());
         epoll_event events[kMaxReady];
-        bool was_aside = false;  // since the last wait for the sockets
+        bool was_aside = false;          // since the last wait for the sockets
+        bool round_found_input = false;  // the last round of its own that found streams
         for (;;) {
             // Declared first, so it ends after every lock of the round has
             // been let go: what a stream's observer put off (connection
@@ -261,8 +263,17 @@ class Engine {
             // look takes them.
             // While it looks without sleeping it plans no wait: it stays
             // awake (wakes_at_ns_ 0), so no hold wakes it.
-            const bool polling = bulk_poll.polling(monotonic_ns());
-            const timespec wait = polling ? timespec{} : plan_wait();
+            // While an application thread has only paused its polling,
+            // the thread waits a step-aside look at most, under SCHED_BATCH
+            // unless its last round found input (SocketWait).
+            const uint64_t now = monotonic_ns();
+            const bool polling = bulk_poll.polling(now);
+            const SocketWait plan =
+                polling ? SocketWait{}
+                        : SocketWait::plan(now, app_polled_ns_.load(), round_found_input);
+            if (plan.aside)
+                scheduling.step_aside();
+            const timespec wait = polling ? timespec{} : plan_wait(plan.paused);
             const int taken = socket_watch_wait(events, kMaxReady, &wait);
             awake();
             if (taken < 0)
@@ -274,7 +285,7 @@ class Engine {
                 std::lock_guard lock(progress_mutex_);
                 release_held(false, false);
             }
-            if (taken == 0 && polling)
+            if (taken == 0 && (polling || plan.paused))
                 continue;  // nothing yet: look again
             if (app_polling())
                 continue;  // it has started polling meanwhile: leave it the work
@@ -305,6 +316,8 @@ class Engine {
                 if (found.input_fd >= 0)
                     input_cpu = scheduling.input_cpu_to_follow(found.input_fd);
             }
+            if (found.ready > 0)
+                round_found_input = found.input > 0;
             if (bulk_poll.bulk(found.input_bytes) && scheduling.may_poll_before_sleep(polling))
                 bulk_poll.start(monotonic_ns());
             scheduling.after_round(found.ready > 0, found.input > 0,
