@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "fixture.h"
+#include "host/device_stats.h"
 #include "open_fds.h"
 
 // cmocka last: it defines macros (fail, skip) that clash with the standard
@@ -65,6 +66,9 @@ constexpr int kEventTimeoutMs = 30000;
 // tests are quick, yet long enough that no honest connection of the other
 // tests reaches them on a busy machine.
 constexpr const char* kReplyTimeoutMs = "4000";
+// Long enough that test_refused_connect_tried_again's listener comes in
+// time on a busy machine; test_no_listener's REJECTED waits it out.
+constexpr const char* kConnectRetryMs = "3000";
 constexpr const char* kRequestTimeoutMs = "2000";
 
 // --- helpers ---
@@ -444,15 +448,22 @@ void test_reject_with_private_data(void**) {
     close_listener(l);
 }
 
-void test_no_listener(void**) {
-    // A port nobody listens on: bound and closed again.
-    int s = socket(AF_INET, SOCK_STREAM, 0);
+// A TCP socket bound to a port of 127.0.0.1 and not listening: connects
+// to the port are refused.
+int bound_socket(uint16_t* port) {
+    const int s = socket(AF_INET, SOCK_STREAM, 0);
     auto any = address("127.0.0.1", 0);
     assert_int_equal(bind(s, sa(any), sizeof(sockaddr_in)), 0);
     socklen_t len = sizeof any;
     getsockname(s, sa(any), &len);
-    const uint16_t port = ntohs(reinterpret_cast<sockaddr_in*>(&any)->sin_port);
-    close(s);
+    *port = ntohs(reinterpret_cast<sockaddr_in*>(&any)->sin_port);
+    return s;
+}
+
+void test_no_listener(void**) {
+    // A port nobody listens on: bound and closed again.
+    uint16_t port = 0;
+    close(bound_socket(&port));
 
     Client c = resolve_to("127.0.0.1", port);
     rdma_conn_param cp = conn_param(nullptr, 1, 1);
@@ -462,6 +473,55 @@ void test_no_listener(void**) {
     rdma_cm_event* e = expect_event(c.ch, RDMA_CM_EVENT_REJECTED);
     assert_int_equal(e->status, -ECONNREFUSED);
     assert_int_equal(e->param.conn.private_data_len, 0);
+    rdma_ack_cm_event(e);
+    close_client(c);
+}
+
+std::vector<uint8_t> recv_exactly(int fd, size_t n, int timeout_ms);
+
+uint64_t connect_retries() {
+    std::string error;
+    usiw::DeviceStats* s = usiw::map_device_stats("usiw0", false, &error);
+    return s ? s->cm_connect_retries.load() : 0;
+}
+
+// A TCP connect the peer refuses is tried again for USIW_CONNECT_RETRY_MS
+// (kConnectRetryMs here): a listener that comes meanwhile gets the
+// connection and its MPA request, as perftest -R's and qperf's servers,
+// which listen only after telling their client to connect, need. The port
+// is held by a socket that does not listen until the client's first retry
+// is counted; then a plain TCP listener takes the port.
+void test_refused_connect_tried_again(void**) {
+    uint16_t port = 0;
+    const int held = bound_socket(&port);
+
+    const uint64_t retries_before = connect_retries();
+    Client c = resolve_to("127.0.0.1", port);
+    rdma_conn_param cp = conn_param(nullptr, 1, 1);
+    assert_int_equal(rdma_connect(c.id, &cp), 0);
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (connect_retries() == retries_before && std::chrono::steady_clock::now() < give_up)
+        usleep(1000);
+    assert_true(connect_retries() > retries_before);
+    expect_no_event(c.ch, 0);  // still connecting, not REJECTED
+
+    close(held);
+    const int listening = socket(AF_INET, SOCK_STREAM, 0);
+    const int one = 1;
+    setsockopt(listening, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    auto addr = address("127.0.0.1", port);
+    assert_int_equal(bind(listening, sa(addr), sizeof(sockaddr_in)), 0);
+    assert_int_equal(listen(listening, 1), 0);
+    pollfd p{listening, POLLIN, 0};
+    assert_int_equal(poll(&p, 1, kEventTimeoutMs), 1);
+    const int fd = accept(listening, nullptr, nullptr);
+    assert_true(fd >= 0);
+    // What arrives is the request the refused connect was to carry.
+    const std::vector<uint8_t> key = recv_exactly(fd, 16, kEventTimeoutMs);
+    assert_memory_equal(key.data(), "MPA ID Req Frame", 16);
+    close(fd);
+    close(listening);
+    rdma_cm_event* e = expect_event(c.ch, RDMA_CM_EVENT_CONNECT_ERROR);
     rdma_ack_cm_event(e);
     close_client(c);
 }
@@ -1271,6 +1331,7 @@ void test_mpa_reply_timeout(void**) {
 
 int main(int argc, char** argv) {
     setenv("USIW_MPA_REPLY_TIMEOUT_MS", kReplyTimeoutMs, 0);
+    setenv("USIW_CONNECT_RETRY_MS", kConnectRetryMs, 0);
     setenv("USIW_MPA_REQUEST_TIMEOUT_MS", kRequestTimeoutMs, 0);
     // usiw on both ends only: the runs that set MPA knobs (CRC, RTR types,
     // revision 1) repeat these; the raw-socket tests assume the defaults.
@@ -1289,6 +1350,7 @@ int main(int argc, char** argv) {
         cmocka_unit_test(test_ipv6_server_disconnects),
         cmocka_unit_test(test_reject_with_private_data),
         cmocka_unit_test(test_no_listener),
+        cmocka_unit_test(test_refused_connect_tried_again),
         cmocka_unit_test(test_calls_on_no_id_fail),
         cmocka_unit_test(test_sync_endpoints),
         cmocka_unit_test(test_sync_connect_refused),

@@ -84,11 +84,12 @@ pair() {
         fi
         # perftest -R connects twice through rdma_cm, and its server
         # listens again only after the first connection: a client quicker
-        # than that finds no listener and gets REJECTED (ECONNREFUSED),
-        # with kernel rdma_cm too. That race is perftest's; one more
-        # attempt, said in the log. perftest reports it in one of two
-        # ways, depending on which of its waits the event reaches. Any
-        # other failure counts at once.
+        # than that finds no listener. usiw tries a refused connect again
+        # for USIW_CONNECT_RETRY_MS (100 ms; Documentation/cm.md); a server
+        # slower than that still leaves the client REJECTED (ECONNREFUSED).
+        # That race is perftest's; one more attempt, said in the log.
+        # perftest reports it in one of two ways, depending on which of its
+        # waits the event reaches. Any other failure counts at once.
         [ "$client_rc" -ne 0 ] && [ "$attempt" -eq 1 ] &&
             grep -Eq "Unexpected CM event bl blka 8|RDMA_CM_EVENT_REJECTED; error: -111" "$cout" ||
             break

@@ -74,6 +74,7 @@ void test_registry_lists_every_setting(void**) {
         "USIW_MPA_RTR",
         "USIW_MPA_GSO",
         "USIW_MPA_REPLY_TIMEOUT_MS",
+        "USIW_CONNECT_RETRY_MS",
         "USIW_MPA_REQUEST_TIMEOUT_MS",
         "USIW_RDV_PORT",
         "USIW_RDV_TIMEOUT_MIN_MS",
@@ -312,7 +313,8 @@ void test_mpa_knobs(void**) {
     setenv("USIW_MPA_RTR", "read+send", 1);
     setenv("USIW_MPA_GSO", "maybe", 1);  // not a value: ignored
     setenv("USIW_MPA_REPLY_TIMEOUT_MS", "250", 1);
-    setenv("USIW_COMPLETION", "usiw7=acked,usiw8=ib", 1);  // ib: not a value
+    setenv("USIW_COMPLETION", "usiw7=acked,usiw8=ib", 1);    // ib: not a value
+    setenv("USIW_CONNECT_RETRY_MS", "usiw7=0,usiw8=-1", 1);  // -1: not a value
     const settings::MpaPolicy any = settings::mpa_policy("usiw0");
     assert_int_equal(any.revision, 1);
     assert_false(any.crc_required);
@@ -322,10 +324,13 @@ void test_mpa_knobs(void**) {
     assert_int_equal(any.request_timeout_ms, 5000);
     assert_false(any.acked_completion);
     assert_false(settings::mpa_policy("usiw8").acked_completion);
+    assert_int_equal(any.connect_retry_ms, 100);
+    assert_int_equal(settings::mpa_policy("usiw8").connect_retry_ms, 100);
     const settings::MpaPolicy seven = settings::mpa_policy("usiw7");
     assert_int_equal(seven.revision, 2);
     assert_true(seven.crc_required);
     assert_true(seven.acked_completion);
+    assert_int_equal(seven.connect_retry_ms, 0);
     // Read once: later changes do not count.
     setenv("USIW_MPA_REPLY_TIMEOUT_MS", "999", 1);
     assert_int_equal(settings::mpa_policy("usiw0").reply_timeout_ms, 250);

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -105,6 +106,7 @@ class Connection final : public EngineClient,
     // Active side.
     void reply_received(const wire::MpaFrame& reply);
     void connect_failed(int status, const char* why, std::span<const std::byte> private_data = {});
+    bool retry_refused();  // a refused TCP connect: true if it is tried again
     void attach_active(const ReplyOutcome& outcome, std::span<const std::byte> private_data);
 
     // Passive side.
@@ -130,10 +132,18 @@ class Connection final : public EngineClient,
     SocketSetup socket_{};         // fd_'s stream options
     int watch_error_ = 0;          // watch() failed: on_timer() ends the connection with it
 
-    Offer offer_{};              // active: what the request said
-    RequestOutcome request_{};   // passive: what we made of the request
-    SockAddr local_{}, peer_{};  // passive: the addresses accept4 saw, for the child's route
-    Terms terms_{};              // passive: the IRD/ORD we accepted with
+    Offer offer_{};  // active: what the request said
+    // Active: where the TCP connect goes, and how a refused one is tried
+    // again (retry_refused): until refused_until_, each retry_delay_ms_
+    // after the last, within the one deadline for the reply.
+    SockAddr destination_{};
+    std::chrono::steady_clock::time_point reply_deadline_{};
+    std::chrono::steady_clock::time_point refused_until_{};
+    int retry_delay_ms_ = 0;
+    bool retry_pending_ = false;  // the timer is the retry's, not the deadline's
+    RequestOutcome request_{};    // passive: what we made of the request
+    SockAddr local_{}, peer_{};   // passive: the addresses accept4 saw, for the child's route
+    Terms terms_{};               // passive: the IRD/ORD we accepted with
 
     // Set by stream_ended (any thread), read by run_in_engine.
     StreamEnd end_why_ = StreamEnd::kLocalDisconnect;

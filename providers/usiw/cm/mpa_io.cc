@@ -83,6 +83,16 @@ void MpaExchange::connect_and_request(int fd, const sockaddr* destination, sockl
     mpa_failed(MpaFailure::kTcpConnect, errno, "TCP connect failed");
 }
 
+void MpaExchange::connect_again(int fd, const sockaddr* destination, socklen_t length) {
+    // A socket whose non-blocking connect failed is still connecting to the
+    // kernel, and a second connect() fails with ECONNABORTED; one to
+    // AF_UNSPEC first disconnects it, keeping its bound address.
+    sockaddr unspecified{};
+    unspecified.sa_family = AF_UNSPEC;
+    ::connect(fd, &unspecified, sizeof unspecified);
+    connect_and_request(fd, destination, length, std::move(out_));
+}
+
 void MpaExchange::send_frame(int fd, PendingWrite frame) {
     out_ = std::move(frame);
     step_ = Step::kSending;

@@ -122,6 +122,9 @@ class MpaExchange {
     // its first write is what finds that out (no poll first).
     void connect_and_request(int fd, const sockaddr* destination, socklen_t length,
                              PendingWrite request);
+    // After mpa_failed(kTcpConnect): connects `fd` again, the same request
+    // to go out (none of it went before the refusal).
+    void connect_again(int fd, const sockaddr* destination, socklen_t length);
     // Sends `frame`; mpa_sent() when all of it is out.
     void send_frame(int fd, PendingWrite frame);
     // Waits for the peer's frame of `kind`; mpa_received() when it is in.

@@ -45,6 +45,8 @@ constexpr StatField kFields[] = {
      "MPA requests answered with a reject (markers, CRC or revision the policy refuses)"},
     {"cm_dropped", &DeviceStats::cm_dropped,
      "incoming connections closed before a valid MPA request: not MPA, too slow, or gone"},
+    {"cm_connect_retries", &DeviceStats::cm_connect_retries,
+     "outgoing TCP connects tried again after the peer refused them (USIW_CONNECT_RETRY_MS)"},
     {"progress_in_poll", &DeviceStats::progress_in_poll,
      "socket events handled in the application's busy-polling poll_cq"},
     {"progress_in_engine", &DeviceStats::progress_in_engine,

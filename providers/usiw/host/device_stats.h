@@ -17,7 +17,7 @@ namespace usiw {
 
 struct DeviceStats {
     static constexpr uint64_t kMagic = 0x7461747377697375;  // "usiwstat"
-    static constexpr uint32_t kVersion = 10;
+    static constexpr uint32_t kVersion = 11;
     uint64_t magic = kMagic;
     uint32_t version = kVersion;
     uint32_t size = sizeof(DeviceStats);
@@ -41,6 +41,7 @@ struct DeviceStats {
     std::atomic<uint64_t> placement_syscalls{0};
     std::atomic<uint64_t> cm_refused{0};
     std::atomic<uint64_t> cm_dropped{0};
+    std::atomic<uint64_t> cm_connect_retries{0};
     std::atomic<uint64_t> progress_in_poll{0};
     std::atomic<uint64_t> progress_in_engine{0};
     std::atomic<uint64_t> progress_by_recv{0};

@@ -128,6 +128,13 @@ constexpr Setting kAll[] = {
     {"USIW_MPA_REPLY_TIMEOUT_MS", "milliseconds, 1 to 999999999", "10000",
      "initiator: time from rdma_connect to the MPA reply; then UNREACHABLE (-ETIMEDOUT)",
      Scope::kPerDevice},
+    {"USIW_CONNECT_RETRY_MS", "milliseconds, 0 to 999999999", "100",
+     "initiator: how long a TCP connect that the peer refuses (no listener on the port) is "
+     "tried again, after 1, 2, 4 ... 16 ms, before rdma_connect ends in REJECTED "
+     "(-ECONNREFUSED). perftest -R and qperf listen again only after telling the client to "
+     "connect, and a client quicker than that finds the port closed; 0 reports a refusal at "
+     "once",
+     Scope::kPerDevice},
     {"USIW_MPA_REQUEST_TIMEOUT_MS", "milliseconds, 1 to 999999999", "5000",
      "responder: time from TCP accept to the MPA request; then the connection is dropped",
      Scope::kPerDevice},
@@ -188,6 +195,7 @@ constexpr const Setting& kMpaRtr = entry("USIW_MPA_RTR");
 constexpr const Setting& kMpaGso = entry("USIW_MPA_GSO");
 constexpr const Setting& kMpaReplyTimeout = entry("USIW_MPA_REPLY_TIMEOUT_MS");
 constexpr const Setting& kMpaRequestTimeout = entry("USIW_MPA_REQUEST_TIMEOUT_MS");
+constexpr const Setting& kConnectRetry = entry("USIW_CONNECT_RETRY_MS");
 constexpr const Setting& kRdvPort = entry("USIW_RDV_PORT");
 constexpr const Setting& kCompletion = entry("USIW_COMPLETION");
 constexpr const Setting& kConfigDir = entry("USIW_CONFIG_DIR");
@@ -319,6 +327,11 @@ bool apply(MpaPolicy* p, const Setting& s, std::string_view value) {
         if (value != "transport" && value != "acked")
             return false;
         p->acked_completion = value == "acked";
+    } else if (&s == &kConnectRetry) {
+        const auto ms = value == "0" ? std::optional<int>(0) : parse_ms(value);
+        if (!ms)
+            return false;
+        p->connect_retry_ms = *ms;
     } else if (&s == &kRdvPort) {
         const auto port = parse_port(value);
         if (!port)

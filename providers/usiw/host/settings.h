@@ -128,6 +128,7 @@ struct MpaPolicy {
     bool gso_hint = true;           // set siw's GSO hint: FPDUs up to 64 KiB if both set it
     int reply_timeout_ms = 10000;   // initiator: connect() to MPA reply
     int request_timeout_ms = 5000;  // responder: accept() to MPA request
+    int connect_retry_ms = 100;     // initiator: a refused TCP connect is tried again this long
     // QPs connected by ibv_modify_qp (cm/rendezvous.h): the TCP port of the
     // rendezvous listener (0: off; IANA's RoCEv2 number, here over TCP),
     // and the least time a QP waits for its peer.
