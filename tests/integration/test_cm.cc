@@ -38,7 +38,6 @@
 #include <vector>
 
 #include "fixture.h"
-#include "host/device_stats.h"
 #include "open_fds.h"
 
 // cmocka last: it defines macros (fail, skip) that clash with the standard
@@ -480,9 +479,7 @@ void test_no_listener(void**) {
 std::vector<uint8_t> recv_exactly(int fd, size_t n, int timeout_ms);
 
 uint64_t connect_retries() {
-    std::string error;
-    usiw::DeviceStats* s = usiw::map_device_stats("usiw0", false, &error);
-    return s ? s->cm_connect_retries.load() : 0;
+    return usiw::test::device_counter("usiw0", &usiw::DeviceStats::cm_connect_retries);
 }
 
 // A TCP connect the peer refuses is tried again for USIW_CONNECT_RETRY_MS

@@ -273,6 +273,11 @@ std::optional<int> parse_ms(std::string_view v) {
     return n > 0 ? std::optional<int>(n) : std::nullopt;
 }
 
+// Milliseconds where 0 means off.
+std::optional<int> parse_ms_or_off(std::string_view v) {
+    return v == "0" ? std::optional<int>(0) : parse_ms(v);
+}
+
 std::optional<uint16_t> parse_port(std::string_view v) {
     if (v.empty() || v.size() > 5)
         return std::nullopt;
@@ -328,7 +333,7 @@ bool apply(MpaPolicy* p, const Setting& s, std::string_view value) {
             return false;
         p->acked_completion = value == "acked";
     } else if (&s == &kConnectRetry) {
-        const auto ms = value == "0" ? std::optional<int>(0) : parse_ms(value);
+        const auto ms = parse_ms_or_off(value);
         if (!ms)
             return false;
         p->connect_retry_ms = *ms;
@@ -419,9 +424,7 @@ int ms_or_off(const Setting& s, int fallback) {
     const auto v = value_of(s);
     if (!v)
         return fallback;
-    if (*v == "0")
-        return 0;
-    const auto ms = parse_ms(*v);
+    const auto ms = parse_ms_or_off(*v);
     if (!ms) {
         reject(s, *v);
         return fallback;
