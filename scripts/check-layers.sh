@@ -20,7 +20,7 @@ rank() {
         usiw-abi.h | wire/*) rank=0 ;;
         host/*) rank=1 ;;
         mem/*) rank=2 ;;
-        verbs/objects.h | verbs/device.h | verbs/ring.h | verbs/queue_memory.h | \
+        verbs/objects.h | verbs/device.h | verbs/ring.h | verbs/watched_queue.h | verbs/queue_memory.h | \
             verbs/rdma_core_abi.h | verbs/context_backing.h | verbs/log.h) rank=3 ;;
         datapath/*) rank=4 ;;
         verbs/*) rank=5 ;;

@@ -74,7 +74,7 @@ void cq_push(Cq* cq, const ibv_wc& wc, bool solicited) {
     }
     if (overflow) {
         log_error("CQ %p overflowed (%zu entries): completions are being lost",
-                  static_cast<void*>(cq), cq->entries.capacity());
+                  static_cast<void*>(cq), cq->entries.items().capacity());
         post_async_event(cq->context, reinterpret_cast<uintptr_t>(&cq->vcq.cq), IBV_EVENT_CQ_ERR);
     }
     if (notify)

@@ -640,7 +640,8 @@ class Receiver {
             // fully answered: its length is what IRD bounds.
             over_ird = s_->irq.size() >= std::max<uint16_t>(s_->params.ird, 1);
             if (!over_ird)
-                s_->irq.push_back({r.sink_stag, r.sink_to, r.read_size, 0, source, r.source_stag});
+                s_->irq.push_back(
+                    InboundRead{r.sink_stag, r.sink_to, r.read_size, 0, source, r.source_stag});
         }
         if (over_ird)
             return fault(term::kStreamCatastrophic, "more Read Requests than the negotiated IRD");

@@ -25,6 +25,7 @@
 
 #include "datapath/attach.h"
 #include "host/settings.h"
+#include "verbs/watched_queue.h"
 #include "wire/fpdu.h"
 
 namespace usiw {
@@ -231,8 +232,10 @@ struct Stream {
     std::atomic<bool> tx_held{false};  // RFC 5044 responder: nothing before the first FPDU in
     std::atomic<std::thread::id> tx_owner{};  // the thread holding tx_mutex
     bool rtr_pending = false;                 // initiator's peer-to-peer RTR still to send
-    std::mutex terminate_mutex;               // protects the two below (taken without tx_mutex)
-    bool terminate_queued = false;
+    std::mutex terminate_mutex;  // serialises queueing a TERMINATE (taken without tx_mutex)
+    // Set, under terminate_mutex, once terminate_fpdu is final: the
+    // transmitter reads it without the lock on every turn.
+    std::atomic<bool> terminate_queued{false};
     std::vector<std::byte> terminate_fpdu;  // a whole FPDU, ready to write
     bool terminate_sent = false;
     std::atomic<bool> fin_after_drain{false};  // orderly disconnect asked for
@@ -298,7 +301,7 @@ struct Stream {
     size_t zc_min_bytes = 0;  // smallest batch payload sent with zero copy
     uint32_t zc_next = 0;     // number of the next MSG_ZEROCOPY sendmsg
     uint32_t zc_done = 0;     // every call numbered below this is released
-    std::deque<std::unique_ptr<TxBatch>> zc_waiting;
+    WatchedQueue<std::deque<std::unique_ptr<TxBatch>>> zc_waiting;
     std::vector<std::unique_ptr<TxBatch>> batch_pool;
     std::vector<uint32_t> zc_released;  // numbers released out of order
 
@@ -307,7 +310,7 @@ struct Stream {
     std::deque<InflightWqe> inflight;
     uint64_t inflight_base = 0;  // sequence number of inflight.front()
     std::deque<OutboundRead> orq;
-    std::deque<InboundRead> irq;
+    WatchedQueue<std::deque<InboundRead>> irq;
 };
 
 }  // namespace usiw

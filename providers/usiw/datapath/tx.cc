@@ -127,6 +127,8 @@ bool add_atomic_response(Stream* s, const InboundRead& r) {
 // Response). `*finished` (when given) says whether it was that response's
 // last.
 bool add_read_response(Stream* s, bool* finished = nullptr) {
+    if (s->irq.size_unlocked() == 0)
+        return false;  // whoever queues a read calls stream_transmit after
     InboundRead r;
     {
         std::lock_guard lock(s->completion_mutex);
@@ -187,6 +189,8 @@ bool add_read_response(Stream* s, bool* finished = nullptr) {
 
 // A Read Response has segments on the wire and more to send.
 bool read_response_midway(Stream* s) {
+    if (s->irq.size_unlocked() == 0)
+        return false;
     std::lock_guard lock(s->completion_mutex);
     return !s->irq.empty() && s->irq.front().sent > 0;
 }
@@ -392,13 +396,17 @@ Start start_next_wqe(Stream* s, bool direct) {
         if (qp->sq.empty())
             return Start::kNothing;
         const SendWqe& next = qp->sq.front();
-        std::lock_guard clock(s->completion_mutex);
-        const bool reads_pending = !s->orq.empty();
-        if ((next.send_flags & IBV_SEND_FENCE) && reads_pending)
-            return Start::kBlocked;
-        if ((next.opcode == IBV_WR_RDMA_READ || is_atomic(next.opcode)) &&
-            s->orq.size() >= std::max<uint16_t>(s->params.ord, 1))
-            return Start::kBlocked;
+        const bool fenced = next.send_flags & IBV_SEND_FENCE;
+        const bool reads = next.opcode == IBV_WR_RDMA_READ || is_atomic(next.opcode);
+        // Only a fence and the ORD look at the outbound reads (most work
+        // requests need neither, nor the lock).
+        if (fenced || reads) {
+            std::lock_guard clock(s->completion_mutex);
+            if (fenced && !s->orq.empty())
+                return Start::kBlocked;
+            if (reads && s->orq.size() >= std::max<uint16_t>(s->params.ord, 1))
+                return Start::kBlocked;
+        }
         w = next;
         qp->sq.pop();
     }
@@ -594,10 +602,10 @@ void fill_batch(Stream* s, bool direct) {
     while (batch_has_room(s)) {
         const TxMessage& m = s->message;
         const bool write_midway = m.active && m.segments.first().tagged() && m.segments.sent() > 0;
-        bool sq_waiting;
-        {
+        bool sq_waiting = m.active;
+        if (!sq_waiting) {
             std::lock_guard lock(s->qp->sq_mutex);
-            sq_waiting = m.active || !s->qp->sq.empty();
+            sq_waiting = !s->qp->sq.empty();
         }
         if (!write_midway && (!sq_waiting || read_response_midway(s) ||
                               s->read_responses_in_row < kReadResponsesPerTurn)) {
@@ -744,8 +752,7 @@ bool send_terminate(Stream* s) {
 }
 
 bool terminate_queued(Stream* s) {
-    std::lock_guard lock(s->terminate_mutex);
-    return s->terminate_queued;
+    return s->terminate_queued.load();
 }
 
 bool tx_drained(Stream* s) {
@@ -757,8 +764,9 @@ bool tx_drained(Stream* s) {
 // Too many batches wait for zero-copy notifications: memory stays pinned
 // and completions late, so transmission pauses until the kernel catches up.
 bool zc_backlog_full(Stream* s) {
-    std::lock_guard lock(s->zc_mutex);
-    return s->zc_waiting.size() >= kMaxWaitingBatches;
+    // Without zc_mutex: batches are added only by this thread, and whoever
+    // releases some from a full backlog resumes the transmitter after.
+    return s->zc_waiting.size_unlocked() >= kMaxWaitingBatches;
 }
 
 // Transmits until there is nothing to send or the socket is full.
@@ -808,10 +816,10 @@ void transmit_locked(Stream* s, bool direct) {
 void queue_terminate(Stream* s, std::vector<std::byte>&& fpdu) {
     {
         std::lock_guard lock(s->terminate_mutex);
-        if (s->terminate_queued)
+        if (s->terminate_queued.load())
             return;
         s->terminate_fpdu = std::move(fpdu);
-        s->terminate_queued = true;
+        s->terminate_queued.store(true);
     }
     stream_transmit(s, false);
 }

@@ -148,8 +148,7 @@ bool stream_release_zerocopy(Stream* s) {
 }
 
 bool stream_zerocopy_waiting(Stream* s) {
-    std::lock_guard lock(s->zc_mutex);
-    return !s->zc_waiting.empty();
+    return s->zc_waiting.size_unlocked() > 0;
 }
 
 }  // namespace usiw

@@ -32,6 +32,7 @@
 #include "verbs/queue_memory.h"
 #include "verbs/rdma_core_abi.h"
 #include "verbs/ring.h"
+#include "verbs/watched_queue.h"
 
 namespace usiw {
 
@@ -130,8 +131,8 @@ struct Cq {
     // ibv_wc_read_* accessors read (verbs/cq_ex.cc).
     ibv_wc polled{};
 
-    std::mutex mutex;  // protects everything below
-    Ring<ibv_wc> entries;
+    std::mutex mutex;                    // protects everything below
+    WatchedQueue<Ring<ibv_wc>> entries;  // poll_cq skips the mutex while it looks empty
     enum class Arm : uint8_t { kNone, kNext, kSolicited } armed = Arm::kNone;
     bool overflowed = false;
 };
