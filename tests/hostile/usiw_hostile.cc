@@ -899,8 +899,8 @@ long rss_kib(pid_t pid) {
 
 uint64_t counter(std::atomic<uint64_t> usiw::DeviceStats::*c) {
     std::string error;
-    usiw::DeviceStats* s = usiw::map_device_stats("usiw0", false, &error);
-    return s ? (s->*c).load() : 0;
+    usiw::StatsSegment* s = usiw::map_stats_segment("usiw0", false, &error);
+    return s ? usiw::stats_total(*s, c) : 0;
 }
 
 // Runs the attacks for `seconds` (every kind at least once, in a shuffled

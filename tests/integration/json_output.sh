@@ -101,7 +101,7 @@ compare "one link by name" link "$USIW" link show gone0 -- "$USIW" link show gon
     { echo "ok   - the override is in the JSON"; passed=$((passed + 1)); } ||
     { echo "FAIL - the override is not in the JSON"; failed=$((failed + 1)); }
 
-# Counters: known values written into the device's segment.
+# Counters: known values written into two slots of the device's segment.
 "$USIW" stat reset "$DEVICE"
 segment=$(ls /dev/shm/usiw."$(id -u)"."$DEVICE".v* 2>/dev/null | head -n 1)
 counters=$("$USIW" stat --describe | wc -l)
@@ -110,12 +110,15 @@ import mmap, struct, sys
 path, count = sys.argv[1], int(sys.argv[2])
 with open(path, "r+b") as f:
     m = mmap.mmap(f.fileno(), 0)
-    magic, version, size = struct.unpack_from("<QII", m, 0)
-    # the header (magic, version, size), then the counters in `usiw stat` order
-    if size != len(m) or size != 16 + 8 * count:
-        sys.exit("segment of %d bytes (header says %d), not 16 + 8 x %d counters" % (len(m), size, count))
+    magic, version, size, slots, slot_bytes, slots_offset = struct.unpack_from("<QIIIII", m, 0)
+    # the header, the slots' owners, then each process's slot of counters
+    # in `usiw stat` order; `usiw stat` shows their sums
+    if size != len(m) or slots < 2 or slot_bytes < 8 * count or slots_offset + slots * slot_bytes > size:
+        sys.exit("segment of %d bytes: header says size %d, %d slots of %d bytes at %d, for %d counters"
+                 % (len(m), size, slots, slot_bytes, slots_offset, count))
     for i in range(count):
-        struct.pack_into("<Q", m, 16 + 8 * i, 1000 * (i + 1) + 7)
+        struct.pack_into("<Q", m, slots_offset + 8 * i, 1000 * (i + 1))
+        struct.pack_into("<Q", m, slots_offset + slot_bytes + 8 * i, 7)
 PY
 then
     echo "ok   - counters of $DEVICE set to known values"

@@ -611,9 +611,9 @@ Pair new_pair(const Framing& f, const QpOpts& oa, const QpOpts& ob, int cqe) {
 
 uint64_t device_counter(const char* device, std::atomic<uint64_t> DeviceStats::*counter) {
     std::string error;
-    DeviceStats* stats = map_device_stats(device, true, &error);
+    StatsSegment* stats = map_stats_segment(device, true, &error);
     EXPECT(stats != nullptr, "the counters of %s: %s", device, error.c_str());
-    return (stats->*counter).load();
+    return stats_total(*stats, counter);
 }
 
 // --- the raw peer ---

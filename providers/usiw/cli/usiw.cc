@@ -40,16 +40,17 @@ installed, absolute and relative to the installed usiw) must be defined by the b
 namespace {
 
 using usiw::ConfigScope;
-using usiw::DeviceStats;
 using usiw::effective_links;
 using usiw::EffectiveLink;
 using usiw::LinkSource;
 using usiw::LinkSpec;
-using usiw::map_device_stats;
+using usiw::map_stats_segment;
 using usiw::RdmaLink;
 using usiw::reset_device_stats;
 using usiw::stat_fields;
 using usiw::StatField;
+using usiw::stats_total;
+using usiw::StatsSegment;
 
 constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
@@ -891,7 +892,7 @@ int stat_command(const Args& args) {
             continue;
         shown = true;
         std::string map_error;
-        DeviceStats* stats = map_device_stats(name, reset, &map_error);
+        StatsSegment* stats = map_stats_segment(name, reset, &map_error);
         if (reset) {
             if (!stats)
                 return fail(map_error);
@@ -901,7 +902,7 @@ int stat_command(const Args& args) {
         std::string text = "link " + name + "/1";
         std::string members = "\"ifname\":" + json_string(name) + ",\"port\":1";
         for (const StatField& f : stat_fields()) {
-            const std::string value = std::to_string(stats ? (stats->*f.counter).load() : 0);
+            const std::string value = std::to_string(stats ? stats_total(*stats, f.counter) : 0);
             text += std::string(" ") + f.name + " " + value;
             members += ",\"" + std::string(f.name) + "\":" + value;
         }

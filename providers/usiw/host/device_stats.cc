@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #include "host/device_stats.h"
 
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <new>
+#include <cerrno>
+#include <cstddef>
 
 #include "host/shared_segment.h"
 
@@ -76,7 +78,7 @@ constexpr StatField kFields[] = {
 // segment laid out by the old one.
 std::string segment_name(const std::string& device) {
     return "/usiw." + std::to_string(getuid()) + "." + device + ".v" +
-           std::to_string(DeviceStats::kVersion);
+           std::to_string(StatsSegment::kVersion);
 }
 
 }  // namespace
@@ -85,29 +87,63 @@ std::span<const StatField> stat_fields() {
     return kFields;
 }
 
-DeviceStats* map_device_stats(const std::string& device, bool create, std::string* error) {
+StatsSegment* map_stats_segment(const std::string& device, bool create, std::string* error) {
     const std::string name = segment_name(device);
-    void* p = map_shared_segment(name, sizeof(DeviceStats), create, error);
+    void* p = map_shared_segment(name, sizeof(StatsSegment), create, error);
     if (!p) {
         *error = "shared counters: " + *error;
         return nullptr;
     }
-    auto* stats = static_cast<DeviceStats*>(p);
-    // A new segment is all zeroes: the header is written once. Concurrent
-    // first opens write the same header, and zero counters stay zero.
-    if (stats->magic != DeviceStats::kMagic)
-        new (stats) DeviceStats;
-    if (stats->version != DeviceStats::kVersion || stats->size != sizeof(DeviceStats)) {
+    auto* segment = static_cast<StatsSegment*>(p);
+    // A new segment is all zeroes, which is every owner and counter's
+    // starting value: only the header is written, the magic last.
+    // Concurrent first opens write the same header.
+    if (segment->magic != StatsSegment::kMagic) {
+        segment->version = StatsSegment::kVersion;
+        segment->size = sizeof(StatsSegment);
+        segment->slot_count = StatsSegment::kSlots;
+        segment->slot_bytes = sizeof(DeviceStats);
+        segment->slots_offset = offsetof(StatsSegment, slots);
+        segment->magic = StatsSegment::kMagic;
+    }
+    if (segment->version != StatsSegment::kVersion || segment->size != sizeof(StatsSegment)) {
         *error = "shared counters /dev/shm" + name + " are from another usiw version";
-        munmap(p, sizeof(DeviceStats));
+        munmap(p, sizeof(StatsSegment));
         return nullptr;
     }
-    return stats;
+    return segment;
 }
 
-void reset_device_stats(DeviceStats* stats) {
-    for (const StatField& f : kFields)
-        (stats->*f.counter).store(0, std::memory_order_relaxed);
+DeviceStats* claim_stats_slot(StatsSegment* segment) {
+    const int32_t me = getpid();
+    for (uint32_t i = 0; i < StatsSegment::kSlots; ++i) {
+        int32_t owner = 0;
+        if (segment->owner[i].compare_exchange_strong(owner, me) || owner == me)
+            return &segment->slots[i];
+    }
+    // Every slot has had an owner: take over one whose process has ended.
+    // (A pid from another pid namespace may look ended; sharing its slot
+    // then costs speed, not correctness.)
+    for (uint32_t i = 0; i < StatsSegment::kSlots; ++i) {
+        int32_t owner = segment->owner[i].load();
+        if (kill(owner, 0) != 0 && errno == ESRCH &&
+            segment->owner[i].compare_exchange_strong(owner, me))
+            return &segment->slots[i];
+    }
+    return &segment->slots[static_cast<uint32_t>(me) % StatsSegment::kSlots];
+}
+
+uint64_t stats_total(const StatsSegment& segment, std::atomic<uint64_t> DeviceStats::*counter) {
+    uint64_t sum = 0;
+    for (const DeviceStats& slot : segment.slots)
+        sum += (slot.*counter).load(std::memory_order_relaxed);
+    return sum;
+}
+
+void reset_device_stats(StatsSegment* segment) {
+    for (DeviceStats& slot : segment->slots)
+        for (const StatField& f : kFields)
+            (slot.*f.counter).store(0, std::memory_order_relaxed);
 }
 
 }  // namespace usiw

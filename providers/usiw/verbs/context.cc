@@ -147,8 +147,8 @@ verbs_context* open_context(Device* device, int cmd_fd, std::unique_ptr<ContextB
         device->open_contexts.push_back(ctx);
         if (device->stats == &device->local_stats) {
             std::string error;
-            if (DeviceStats* shared = map_device_stats(device->name, true, &error))
-                device->stats = shared;
+            if (StatsSegment* shared = map_stats_segment(device->name, true, &error))
+                device->stats = claim_stats_slot(shared);
             else
                 log_debug("%s: counters stay private to this process: %s", device->name.c_str(),
                           error.c_str());
