@@ -3162,6 +3162,31 @@ int engine_thread_policy() {
     return engine ? sched_getscheduler(engine) : -1;
 }
 
+// Waits until the engine thread sleeps (state S in its /proc stat: waiting
+// for its sockets, for a wake-up or a look), up to kTimeoutMs. Called once
+// a WRITE it placed has been seen, it returns after the rest of that round,
+// which is where the thread changes its policy: the WRITE's bytes are in
+// place before the round ends.
+void await_engine_round_end() {
+    const pid_t engine = engine_thread();
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/self/task/%d/stat", static_cast<int>(engine));
+    const auto deadline = Clock::now() + std::chrono::milliseconds(kTimeoutMs);
+    while (Clock::now() < deadline) {
+        char stat[512] = "";
+        if (FILE* f = std::fopen(path, "r")) {
+            if (!std::fgets(stat, sizeof stat, f))
+                stat[0] = '\0';
+            std::fclose(f);
+        }
+        // "tid (comm) S ...": the state follows the name's closing parenthesis.
+        const char* name_end = std::strrchr(stat, ')');
+        if (name_end && name_end[1] == ' ' && name_end[2] == 'S')
+            return;
+        usleep(100);
+    }
+}
+
 // Waits up to kTimeoutMs for the engine thread to run under `policy`; the
 // policy it runs under then.
 int await_engine_policy(int policy) {
@@ -3260,9 +3285,11 @@ void test_engine_thread_scheduling(void**) {
 
     int writes = 0;
     const auto before_hold = Clock::now();
-    while (engine_thread_policy() == SCHED_BATCH && writes < 100)
+    while (engine_thread_policy() == SCHED_BATCH && writes < 100) {
         write_and_watch(p, src, dst, 1 + writes++, "engine scheduling: rounds left to the engine",
                         Watch::kSpinning);
+        await_engine_round_end();
+    }
     // auto goes on to real time (every CPU counts as taken) where this
     // process may ask for it, in the same round.
     const bool permitted = realtime_permitted();
