@@ -101,7 +101,7 @@ int qp_attach_stream(Qp* qp, StreamParams&& params, StreamObserver* observer) {
     // before it polls must not wait out the timer).
     s->tx_batch_ns = settings::tx_batch_ns();
     s->tx_batch_limit =
-        static_cast<uint32_t>(std::min<size_t>(TxBatch::kMaxFpdus, qp->sq.capacity() / 2));
+        static_cast<uint32_t>(std::min<size_t>(TxBatch::kMaxFpdus, qp->sq.items().capacity() / 2));
     if (!s->params.socket_set_up)
         s->params.zerocopy = stream_socket_setup(s->fd);
     stream_setup_zerocopy(s, s->params.zerocopy);

@@ -392,6 +392,10 @@ Start start_next_wqe(Stream* s, bool direct) {
     Qp* qp = s->qp;
     SendWqe w;
     {
+        // Whoever posts work calls stream_transmit after, so a post this
+        // misses is not left waiting.
+        if (qp->sq.size_unlocked() == 0)
+            return Start::kNothing;
         std::lock_guard lock(qp->sq_mutex);
         if (qp->sq.empty())
             return Start::kNothing;
@@ -602,11 +606,7 @@ void fill_batch(Stream* s, bool direct) {
     while (batch_has_room(s)) {
         const TxMessage& m = s->message;
         const bool write_midway = m.active && m.segments.first().tagged() && m.segments.sent() > 0;
-        bool sq_waiting = m.active;
-        if (!sq_waiting) {
-            std::lock_guard lock(s->qp->sq_mutex);
-            sq_waiting = !s->qp->sq.empty();
-        }
+        const bool sq_waiting = m.active || s->qp->sq.size_unlocked() > 0;
         if (!write_midway && (!sq_waiting || read_response_midway(s) ||
                               s->read_responses_in_row < kReadResponsesPerTurn)) {
             bool finished = false;

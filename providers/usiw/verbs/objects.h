@@ -238,9 +238,9 @@ struct Qp {
     std::atomic<Stream*> stream{nullptr};
     std::vector<Stream*> old_streams;  // ended by RESET, freed with the QP
 
-    std::mutex sq_mutex;  // protects `sq`
-    Ring<SendWqe> sq;
-    std::mutex rq_mutex;  // protects `rq`
+    std::mutex sq_mutex;             // protects `sq`
+    WatchedQueue<Ring<SendWqe>> sq;  // the transmitter skips the mutex while it looks empty
+    std::mutex rq_mutex;             // protects `rq`
     Ring<RecvWqe> rq;
 
     WrBatch wr;  // the ibv_wr_* section in progress

@@ -711,7 +711,7 @@ int post_send_common(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr, bool t
         }
         std::lock_guard lock(qp->sq_mutex);
         for (; wr; wr = wr->next) {
-            if (qp->sq.full()) {
+            if (qp->sq.items().full()) {
                 err = ENOMEM;
                 break;
             }
@@ -758,7 +758,7 @@ int post_built_sends(Qp* qp, size_t tail, size_t n) {
         std::lock_guard lock(qp->sq_mutex);
         // Only a post_send inside the ibv_wr_* section, which the verbs
         // forbid, moves the tail.
-        if (qp->sq.tail() != tail || qp->sq.capacity() - qp->sq.size() < n)
+        if (qp->sq.tail() != tail || qp->sq.items().capacity() - qp->sq.size() < n)
             return EINVAL;
         for (size_t i = 0; i < n; ++i)
             unsignaled = unsignaled && !(qp->sq.at(tail + i).send_flags & IBV_SEND_SIGNALED);

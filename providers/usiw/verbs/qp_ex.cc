@@ -42,7 +42,7 @@ void wr_start(ibv_qp_ex* qpx) {
     WrBatch& b = qp->wr;
     std::lock_guard lock(qp->sq_mutex);
     b.tail = qp->sq.tail();
-    b.room = qp->sq.capacity() - qp->sq.size();  // only grows until the batch is pushed
+    b.room = qp->sq.items().capacity() - qp->sq.size();  // only grows until the batch is pushed
     b.count = 0;
     b.error = 0;
 }

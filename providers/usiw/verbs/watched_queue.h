@@ -46,6 +46,10 @@ class WatchedQueue {
     bool empty() const { return queue_.empty(); }
     size_t size() const { return queue_.size(); }
     decltype(auto) front() { return queue_.front(); }
+    // A ring's slots beyond its tail, filled in place before commit_push.
+    decltype(auto) back_slot() { return queue_.back_slot(); }
+    decltype(auto) at(size_t index) { return queue_.at(index); }
+    size_t tail() const { return queue_.tail(); }
 
     template <typename... Args>
     decltype(auto) push_back(Args&&... args) {
@@ -54,6 +58,9 @@ class WatchedQueue {
     template <typename... Args>
     decltype(auto) push(Args&&... args) {
         return publish_after([&] { return queue_.push(std::forward<Args>(args)...); });
+    }
+    void commit_push(size_t n = 1) {
+        publish_after([&] { queue_.commit_push(n); });
     }
     void pop_front() {
         publish_after([&] { queue_.pop_front(); });
