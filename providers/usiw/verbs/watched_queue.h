@@ -14,11 +14,12 @@
 // What `size_unlocked()` says is exact as of the last change that happens
 // before the read (through the owner's mutex or any other synchronisation);
 // a change made concurrently may be missed, as it would be by a check made
-// under the mutex a moment earlier. Callers skip the mutex only when the
-// queue looks empty, and take it to read the entries themselves. A caller
-// that must not miss an entry relies on whoever adds one to tell it
-// afterwards (the transmitter's `tx_pending`, a CQ's event channel), as it
-// already must for entries added just after its check.
+// under the mutex a moment earlier. Callers skip the mutex only for an
+// answer that needs the length alone (empty, or the zero-copy backlog
+// full), and take it to read the entries themselves. A caller that must
+// not miss an entry relies on whoever adds one to tell it afterwards (the
+// transmitter's `tx_pending`, a CQ's event channel), as it already must
+// for entries added just after its check.
 //
 // Changes go through the wrappers below, which publish; reading goes
 // through `items()` (or `front()`, whose entry may be changed in place:
