@@ -583,6 +583,44 @@ void test_direct_read_choice(void**) {
     assert_false(c.may_read_directly(own, now + 1));
 }
 
+// A round that reads kStreamingBytes or more, direct or a look, ends
+// direct reading for kStreamingHoldNs from that round; smaller rounds (a
+// ping-pong's one message, a large message's header) neither end it nor
+// shorten the hold, and a later streaming round starts the hold again.
+void test_direct_read_streaming_hold(void**) {
+    alignas(8) char stream = 0;
+    const auto* own = reinterpret_cast<const usiw::Stream*>(&stream);
+    constexpr uint64_t kLook = DirectReadChoice::kLookNs;
+    constexpr uint64_t kHold = DirectReadChoice::kStreamingHoldNs;
+    constexpr size_t kStreaming = DirectReadChoice::kStreamingBytes;
+    static_assert(kHold > 2 * kLook, "the hold outlasts several looks");
+    uint64_t now = kSecond;
+    DirectReadChoice c;
+    c.looked(own, now, 1, 0);
+    c.read(kStreaming - 1, now);  // a round just below: still direct
+    assert_true(c.may_read_directly(own, now + 1));
+
+    c.read(kStreaming, now + 1);  // the peer streams
+    const uint64_t streamed = now + 1;
+    assert_false(c.may_read_directly(own, streamed + 1));
+    // Looks keep finding input on its own socket alone; the hold stands.
+    for (now = streamed; now < streamed + kHold; now += kLook / 2) {
+        c.looked(own, now, 1, 0);
+        c.read(60, now);  // small rounds (headers) do not end the hold
+        assert_false(c.may_read_directly(own, now + 1));
+    }
+    c.looked(own, streamed + kHold, 1, 0);
+    assert_true(c.may_read_directly(own, streamed + kHold));
+
+    // A second streaming round holds again from its own time.
+    now = streamed + kHold + kLook / 2;
+    c.read(4 * kStreaming, now);
+    c.looked(own, now + kHold - 2, 1, 0);
+    assert_false(c.may_read_directly(own, now + kHold - 1));
+    c.looked(own, now + kHold, 1, 0);
+    assert_true(c.may_read_directly(own, now + kHold));
+}
+
 // A thread's first wait on a completion channel polls; it stops polling
 // only after kLongWaits waits in a row each longer than the budget
 // (polling and sleeping included), and polls again after any wait that
@@ -789,6 +827,7 @@ int main(void) {
         cmocka_unit_test(test_socket_wait_plan),
         cmocka_unit_test(test_poll_allowed_asks_the_load_when_a_look_begins),
         cmocka_unit_test(test_direct_read_choice),
+        cmocka_unit_test(test_direct_read_streaming_hold),
         cmocka_unit_test(test_input_cpu_follower),
         cmocka_unit_test(test_move_to_cpu),
     };

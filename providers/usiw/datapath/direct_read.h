@@ -16,8 +16,22 @@
 // while another QP carries the traffic (perftest's ib_read_lat responder
 // polls the CQ of its idle handshake QP while Read Requests arrive on the
 // test QP) keeps looking at every socket on every poll, as before.
+//
+// Nor does a poller read directly while its peer streams. A recv on an
+// empty TCP socket takes the socket's lock, and on loopback or a veth the
+// segments the sender's system call delivers meet that lock on the other
+// CPU; the empty epoll_wait of a look takes none. With the receiver of a
+// 1 MiB ib_send_bw making about two million empty reads a second, the
+// sender spent twice the time in softirq and interrupt-disabled sections,
+// and the transfer ran at 0.67-0.75 of what it did with looks alone (the
+// same held for READ responses and 256 KiB messages; Documentation/
+// performance.md, "What changed: no direct reads while the peer streams").
+// A round that reads kStreamingBytes or more (an FPDU of the size GSO
+// allows, or several smaller) ends direct reading for kStreamingHoldNs;
+// a ping-pong's rounds read one message each and keep it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace usiw {
@@ -29,12 +43,24 @@ class DirectReadChoice {
     // How long a poller reading its own socket directly goes without a look
     // at every socket: the longest the process's other sockets wait.
     static constexpr uint64_t kLookNs = 50'000;
+    // What a round reads when the peer streams, and how long after such a
+    // round the poller looks rather than reads directly.
+    static constexpr size_t kStreamingBytes = 64 * 1024;
+    static constexpr uint64_t kStreamingHoldNs = 1'000'000;
 
     // Whether the poller whose CQ's one stream is `own` (nullptr: its CQ
     // has none, or not one that only awaits input) may read it directly at
     // `now_ns`, rather than look at every socket.
     bool may_read_directly(const Stream* own, uint64_t now_ns) const {
-        return own && own == chosen_ && now_ns - looked_ns_ < kLookNs;
+        return own && own == chosen_ && now_ns - looked_ns_ < kLookNs &&
+               (streamed_ns_ == 0 || now_ns - streamed_ns_ >= kStreamingHoldNs);
+    }
+
+    // A round of the poller, direct or a look, begun at `now_ns`, read
+    // `bytes` from the sockets.
+    void read(size_t bytes, uint64_t now_ns) {
+        if (bytes >= kStreamingBytes)
+            streamed_ns_ = now_ns;
     }
 
     // A poller of `own`'s CQ looked at every socket at `now_ns` and found
@@ -54,6 +80,7 @@ class DirectReadChoice {
   private:
     const Stream* chosen_ = nullptr;  // read directly while its look is recent
     uint64_t looked_ns_ = 0;
+    uint64_t streamed_ns_ = 0;  // when a round last read kStreamingBytes; 0: never
 };
 
 }  // namespace usiw

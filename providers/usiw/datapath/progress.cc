@@ -128,13 +128,16 @@ class Engine {
         bool found = false;
         if (lock) {
             Stream* own = cq ? stream_to_read(cq) : nullptr;
+            size_t input_bytes = 0;
             if (direct_read_.may_read_directly(own, now)) {
-                found = receive_own(own);
+                found = receive_own(own, &input_bytes);
             } else {
                 const Round round = progress(&DeviceStats::progress_in_poll, own);
                 direct_read_.looked(own, now, round.input, round.input_elsewhere);
                 found = round.ready > 0;
+                input_bytes = round.input_bytes;
             }
+            direct_read_.read(input_bytes, now);
         }
         last_return_ns = found ? monotonic_ns() : now;
         return found;
@@ -403,9 +406,10 @@ class Engine {
         return s;
     }
 
-    // progress() for the stream stream_to_read chose: whether it found input.
-    bool receive_own(Stream* s) {
-        if (!stream_receive(s))
+    // progress() for the stream stream_to_read chose: whether it found input
+    // (adding what it read to `*input_bytes`).
+    bool receive_own(Stream* s, size_t* input_bytes) {
+        if (!stream_receive(s, input_bytes))
             return false;
         DeviceStats& stats = *s->context->device->stats;
         count(stats.progress_in_poll);
