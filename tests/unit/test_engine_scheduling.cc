@@ -429,7 +429,7 @@ void test_step_aside_under_batch(void**) {
     const auto hold_and_step_aside = [](EngineScheduling& scheduling) {
         Held h{};
         while (sched_getscheduler(0) == SCHED_BATCH && h.rounds < 8) {
-            scheduling.after_round(true, true, 0);
+            scheduling.after_round(true, true, 0, 0);
             ++h.rounds;
         }
         h.held = sched_getscheduler(0);
@@ -539,6 +539,51 @@ void test_zero_threshold_counts_every_round(void**) {
     BatchGovernor d;
     assert_int_equal(rounds(d, 10 * BatchGovernor::kLateInARow, 0, &now), 0);
     assert_true(d.batch());
+}
+
+// Input counts as latency-bound (RealtimeTier::input_left_to_engine) only
+// when no application thread was busy in verbs (an empty poll, or a bulk
+// batch written itself) in the kAppActiveNs before the round. Rounds that
+// find input while the application posts and polls are not latency-bound:
+// the tier leaves real time after kBusyWindowsInARow windows of them, and
+// keeps it for the same rounds once the application has gone quiet.
+void test_realtime_input_left_to_engine(void**) {
+    using usiw::RealtimeTier;
+    constexpr uint64_t kActive = RealtimeTier::kAppActiveNs;
+    constexpr uint64_t kWindow = RealtimeTier::kWindowNs;
+    uint64_t now = kSecond;
+    assert_false(RealtimeTier::input_left_to_engine(false, now, 0));
+    assert_true(RealtimeTier::input_left_to_engine(true, now, 0));  // never busy
+    assert_false(RealtimeTier::input_left_to_engine(true, now, now));
+    assert_false(RealtimeTier::input_left_to_engine(true, now, now - kActive + 1));
+    assert_true(RealtimeTier::input_left_to_engine(true, now, now - kActive));
+
+    // Every round finds input; a little CPU each window.
+    const auto windows = [&](RealtimeTier& t, OnCpu& cpu, uint64_t busy_before_round) {
+        bool left = false;
+        for (unsigned w = 0; w < RealtimeTier::kBusyWindowsInARow && !left; ++w) {
+            for (int r = 0; r < 100; ++r) {
+                now += kWindow / 100;
+                if (r == 99)
+                    *cpu.on_cpu += kWindow / 10;
+                left = t.after_round(
+                    now, RealtimeTier::input_left_to_engine(true, now, now - busy_before_round),
+                    cpu.answer());
+            }
+        }
+        return left;
+    };
+    RealtimeTier quiet;
+    OnCpu quiet_cpu;
+    quiet.entered(now, 0);
+    assert_false(windows(quiet, quiet_cpu, kActive));  // the application spins on memory
+    assert_true(quiet.realtime());
+    RealtimeTier busy;
+    OnCpu busy_cpu;
+    busy.entered(now, 0);
+    assert_true(windows(busy, busy_cpu, 10'000));  // it posted or polled 10 us before each
+    assert_false(busy.realtime());
+    assert_true(busy.last_idle_mostly());
 }
 
 // A poller reads its CQ's one socket directly only after a look at every
@@ -826,6 +871,7 @@ int main(void) {
         cmocka_unit_test(test_bulk_input_poll),
         cmocka_unit_test(test_socket_wait_plan),
         cmocka_unit_test(test_poll_allowed_asks_the_load_when_a_look_begins),
+        cmocka_unit_test(test_realtime_input_left_to_engine),
         cmocka_unit_test(test_direct_read_choice),
         cmocka_unit_test(test_direct_read_streaming_hold),
         cmocka_unit_test(test_input_cpu_follower),

@@ -118,7 +118,8 @@ void EngineScheduling::rebase() {
         last_run_delay_ns_ = run_delay_ns();
 }
 
-void EngineScheduling::after_round(bool found_work, bool found_input, uint64_t last_app_poll_ns) {
+void EngineScheduling::after_round(bool found_work, bool found_input, uint64_t last_app_poll_ns,
+                                   uint64_t app_busy_ns) {
     const uint64_t overran_ns = RealtimeRound::end();
     if (!adaptive_)
         return;
@@ -158,7 +159,9 @@ void EngineScheduling::after_round(bool found_work, bool found_input, uint64_t l
             static_cast<unsigned long long>(kMaxRealtimeRoundNs / 1000),
             static_cast<unsigned long long>(tier_.backoff_ns() / 1'000'000));
     } else if (tier_.realtime()) {
-        if (!tier_.after_round(now, found_input, [this] { return on_cpu_ns(); }))
+        if (!tier_.after_round(now,
+                               RealtimeTier::input_left_to_engine(found_input, now, app_busy_ns),
+                               [this] { return on_cpu_ns(); }))
             return;
         log_debug(
             "progress thread: not latency-bound for %u windows of %llu ms in a row under "

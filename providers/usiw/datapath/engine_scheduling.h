@@ -184,6 +184,21 @@ class RealtimeTier {
     static constexpr uint64_t kMaxBackoffNs = 64'000'000'000;
 
     bool realtime() const { return realtime_; }
+    // Whether a round that ended at `now_ns` counts as latency-bound input:
+    // it found input, and no application thread was busy in verbs in the
+    // kAppActiveNs before (`app_busy_ns`: the last time one found a CQ
+    // empty or itself wrote a bulk batch to a socket; 0: never). An
+    // application that is posting and polling is not spinning on memory
+    // waiting for the engine, and a real-time engine only takes its CPU:
+    // the initiator of ib_send_bw -R at 64 KiB, whose posts (a 64 KiB
+    // sendmsg each, with polls seldom between them) kept its engine real
+    // time for the receiver's credit WRITEs, sent at 0.41-0.56 of the rate
+    // with the default policy (Documentation/performance.md, "What
+    // changed: a busy sender's progress thread stays off real time").
+    static bool input_left_to_engine(bool found_input, uint64_t now_ns, uint64_t app_busy_ns) {
+        return found_input && (app_busy_ns == 0 || now_ns - app_busy_ns >= kAppActiveNs);
+    }
+    static constexpr uint64_t kAppActiveNs = 100'000;
     // Whether the thread may go real time at `now_ns` (the batch governor
     // says every CPU is taken).
     bool may_enter(uint64_t now_ns) const { return !realtime_ && now_ns >= retry_ns_; }
@@ -519,9 +534,11 @@ class EngineScheduling {
     EngineScheduling& operator=(const EngineScheduling&) = delete;
 
     // After a round of the engine's work: whether it found any, whether any
-    // of it was input (a socket with bytes to read), and when an application
-    // thread last polled a CQ (cq_progress).
-    void after_round(bool found_work, bool found_input, uint64_t last_app_poll_ns);
+    // of it was input (a socket with bytes to read), when an application
+    // thread last polled a CQ (cq_progress), and when one was last busy in
+    // verbs (polled, or wrote a bulk batch itself: engine_app_sent_bulk).
+    void after_round(bool found_work, bool found_input, uint64_t last_app_poll_ns,
+                     uint64_t app_busy_ns);
     // Before a round of the engine's work (bounds it under real time).
     void before_round() {
         if (tier_.realtime())

@@ -143,6 +143,8 @@ class Engine {
         return found;
     }
 
+    void app_sent_bulk() { app_sent_bulk_ns_.store(monotonic_ns(), std::memory_order_relaxed); }
+
     void app_sleeping() {
         app_polled_ns_.store(0);
         // A thread about to sleep must not leave work waiting for company.
@@ -323,8 +325,10 @@ class Engine {
                 round_found_input = found.input > 0;
             if (bulk_poll.bulk(found.input_bytes) && scheduling.may_poll_before_sleep(polling))
                 bulk_poll.start(monotonic_ns());
-            scheduling.after_round(found.ready > 0, found.input > 0,
-                                   last_app_poll_ns_.load(std::memory_order_relaxed));
+            const uint64_t last_poll = last_app_poll_ns_.load(std::memory_order_relaxed);
+            scheduling.after_round(
+                found.ready > 0, found.input > 0, last_poll,
+                std::max(last_poll, app_sent_bulk_ns_.load(std::memory_order_relaxed)));
             scheduling.follow_input(input_cpu);
         }
     }
@@ -431,6 +435,7 @@ class Engine {
     int start_errno_;  // why the engine's thread could not start, or 0
     std::atomic<uint64_t> app_polled_ns_{0};
     std::atomic<uint64_t> last_app_poll_ns_{0};  // any poll_from_app, busy or not
+    std::atomic<uint64_t> app_sent_bulk_ns_{0};  // the last engine_app_sent_bulk
     std::atomic<bool> stepped_aside_{false};
     std::mutex progress_mutex_;  // one thread at a time takes and uses a batch
     std::mutex held_mutex_;      // protects held_, wakes_at_ns_ and Stream::tx_waiting_listed
@@ -456,6 +461,9 @@ void engine_retire(Stream* stream) {
 }
 void engine_hold_transmit(Stream* stream, uint64_t deadline_ns) {
     engine().hold_transmit(stream, deadline_ns);
+}
+void engine_app_sent_bulk() {
+    engine().app_sent_bulk();
 }
 
 void cq_progress(Cq* cq) {

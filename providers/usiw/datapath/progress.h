@@ -12,6 +12,7 @@
 // (batches are taken and used under one lock, which retire() waits for).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 
@@ -27,6 +28,11 @@ void engine_retire(Stream* stream);
 // (transmit_posted): it is started at `deadline_ns` (monotonic_ns) at the
 // latest, or sooner by any poll_cq or req_notify_cq of the process.
 void engine_hold_transmit(Stream* stream, uint64_t deadline_ns);
+// An application thread's post_send wrote a bulk batch (kAppBulkSendBytes
+// or more) to a socket itself: the application is busy transmitting, not
+// waiting for input (RealtimeTier::input_left_to_engine).
+void engine_app_sent_bulk();
+inline constexpr size_t kAppBulkSendBytes = 64 * 1024;
 
 // For the verbs layer. cq_progress: poll_cq found its CQ empty; the
 // calling thread collects the CQ's QPs' zero-copy notifications, starts

@@ -636,7 +636,8 @@ void fill_batch(Stream* s, bool direct) {
 }
 
 // Writes what is left of the batch. True when all of it is on the socket.
-bool write_batch(Stream* s) {
+// `direct`: from the thread that posted the work (transmit_posted).
+bool write_batch(Stream* s, bool direct = false) {
     TxBatch& b = *s->batch;
     while (!b.sent()) {
         iovec* first = &b.iov[b.iov_sent];
@@ -670,6 +671,8 @@ bool write_batch(Stream* s) {
             b.zc_last = s->zc_next++;
         }
         count(s->context->device->stats->tx_bytes, static_cast<uint64_t>(n));
+        if (direct && static_cast<size_t>(n) >= kAppBulkSendBytes)
+            engine_app_sent_bulk();
         size_t left = static_cast<size_t>(n);
         while (left > 0) {
             const size_t rest = b.iov[b.iov_sent].iov_len - b.offset;
@@ -792,7 +795,7 @@ void transmit_locked(Stream* s, bool direct) {
             return;
         }
         if (!s->batch->empty()) {
-            if (!write_batch(s))
+            if (!write_batch(s, direct))
                 return;
             finish_batch(s);
         }
