@@ -26,13 +26,15 @@
 // and the transfer ran at 0.67-0.75 of what it did with looks alone (the
 // same held for READ responses and 256 KiB messages; Documentation/
 // performance.md, "What changed: no direct reads while the peer streams").
-// A round that reads kStreamingBytes or more (an FPDU of the size GSO
-// allows, or several smaller) ends direct reading for kStreamingHoldNs;
+// A round that reads kStreamingBytes or more (the engine's bulk round,
+// BulkInputPoll::kBulkBytes) ends direct reading for kStreamingHoldNs;
 // a ping-pong's rounds read one message each and keep it.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+
+#include "datapath/engine_scheduling.h"
 
 namespace usiw {
 
@@ -43,9 +45,10 @@ class DirectReadChoice {
     // How long a poller reading its own socket directly goes without a look
     // at every socket: the longest the process's other sockets wait.
     static constexpr uint64_t kLookNs = 50'000;
-    // What a round reads when the peer streams, and how long after such a
-    // round the poller looks rather than reads directly.
-    static constexpr size_t kStreamingBytes = 64 * 1024;
+    // What a round reads when the peer streams (what the engine's thread
+    // counts as bulk input), and how long after such a round the poller
+    // looks rather than reads directly.
+    static constexpr size_t kStreamingBytes = BulkInputPoll::kBulkBytes;
     static constexpr uint64_t kStreamingHoldNs = 1'000'000;
 
     // Whether the poller whose CQ's one stream is `own` (nullptr: its CQ
