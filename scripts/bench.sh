@@ -38,16 +38,16 @@
 # With --guest it instead boots Debian's 6.1 kernel in qemu
 # (scripts/qemu/guest.sh) and measures usiw, kernel siw and kernel rxe side
 # by side on the same path in one boot (scripts/qemu/bench_guest.sh):
-# perftest -R bandwidth at 64 KiB and 1 MiB, 8-byte latency and the
-# 64-byte message rate of WRITE and SEND, and usiw_connrate's connection
-# setup rate (over usiw, kernel siw and plain TCP; not rxe, see
-# bench_guest.sh) (with --msgrate the message rates alone, with --latency
-# the latencies alone, with --connrate the connection rates alone), after a
-# warm-up pass, the kinds taking turns --runs times; with the ratios
-# usiw/siw and usiw/rxe of the medians, and for the latencies usiw against
-# a plain TCP ping-pong in the same boot (sockperf, both ends blocking in
-# recv: what a receiver woken per message costs there). Emulation slows
-# all three; only the ratios mean anything.
+# perftest -R bandwidth at 64 KiB and 1 MiB, 8-byte latency (average and
+# typical) and the 64-byte message rate of WRITE and SEND, and
+# usiw_connrate's connection setup rate (over usiw, kernel siw and plain
+# TCP; not rxe, see bench_guest.sh) (with --msgrate the message rates
+# alone, with --latency the latencies alone, with --connrate the connection
+# rates alone), after a warm-up pass, the kinds taking turns --runs times;
+# with the ratios usiw/siw and usiw/rxe of the medians, and for the
+# latencies usiw against a plain TCP ping-pong in the same boot (sockperf,
+# both ends blocking in recv: what a receiver woken per message costs
+# there). Emulation slows all three; only the ratios mean anything.
 #
 # With --zerocopy it boots the guest with two virtio-net NICs instead (a
 # NIC that does not copy: loopback and veth always copy) and measures

@@ -34,9 +34,12 @@ def guest(out_path, run_paths):
     # beside the connection setup rates, and its two ping-pongs (no rows of
     # their own) beside every latency: blocking, the floor of a receiver
     # woken per message, and polling, the floor of one that polls.
+    # A latency's average (metric usec) is set beside the ping-pongs'
+    # averages, its typical (usec_typical, perftest's median) beside their
+    # medians.
     pingpong = {}
     for key in [k for k in runs if k[0].startswith("tcp_pingpong")]:
-        pingpong[key[0]] = statistics.median(runs.pop(key)["tcp"])
+        pingpong[(key[0], key[2])] = statistics.median(runs.pop(key)["tcp"])
     medians = {key: {kind: statistics.median(values) for kind, values in by_kind.items()}
                for key, by_kind in runs.items()}
     # Other builds of usiw (bench.sh --compare): a column each, beside this
@@ -54,14 +57,15 @@ def guest(out_path, run_paths):
                       "usiw_over_rxe", "tcp", "usiw_over_tcp", "tcp_polled",
                       "usiw_over_tcp_polled"] +
                      [c for name in compared for c in (name, name + "_over_usiw")])
-        fmt = "%-13s %8s %-7s %10s %10s %10s %9s %9s %9s %9s %9s %9s"
+        fmt = "%-13s %8s %-12s %10s %10s %10s %9s %9s %9s %9s %9s %9s"
         print(fmt % ("test", "bytes", "metric", "usiw", "siw", "rxe", "usiw/siw", "usiw/rxe",
                      "tcp", "usiw/tcp", "tcp-poll", "usiw/poll"))
         for (test, size, metric), m in medians.items():
             u, s, r = m.get("usiw"), m.get("siw"), m.get("rxe")
-            latency = metric == "usec"
-            t = m["tcp"] if "tcp" in m else (pingpong.get("tcp_pingpong") if latency else None)
-            tp = pingpong.get("tcp_pingpong_polled") if latency else None
+            latency = metric in ("usec", "usec_typical")
+            t = m["tcp"] if "tcp" in m else (pingpong.get(("tcp_pingpong", metric))
+                                             if latency else None)
+            tp = pingpong.get(("tcp_pingpong_polled", metric)) if latency else None
             rs, rr, rt, rp = ratio(u, s), ratio(u, r), ratio(u, t), ratio(u, tp)
             out.writerow([test, size, metric] + [cell(x, "%.3f") for x in (u, s, r)] +
                          [cell(rs), cell(rr), cell(t, "%.3f"), cell(rt), cell(tp, "%.3f"),
@@ -70,12 +74,13 @@ def guest(out_path, run_paths):
                          cell(rs), cell(rr), cell(t, "%.1f"), cell(rt), cell(tp, "%.1f"),
                          cell(rp)))
     print("(throughput and conn/s: above 1 is better for usiw; latency: below 1 is better;"
-          " tcp: for latencies sockperf's TCP ping-pong, 14 B, average half round trip,"
+          " usec: perftest's average, usec_typical: its typical (median); tcp: for latencies"
+          " sockperf's TCP ping-pong, 14 B, half round trip (average, or median),"
           " both ends blocking in recv (tcp-poll: both busy-polling a non-blocking recv);"
           " for usiw_connrate plain TCP connect/accept)")
     if not compared:
         return
-    fmt = "%-13s %8s %-7s %10s" + " %10s %9s" * len(compared)
+    fmt = "%-13s %8s %-12s %10s" + " %10s %9s" * len(compared)
     print()
     print(fmt % (("test", "bytes", "metric", "usiw") +
                  tuple(c for name in compared for c in (name, name + "/usiw"))))

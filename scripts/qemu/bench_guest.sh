@@ -16,11 +16,12 @@
 #
 # For each device kind, stock perftest -R, server on vb and client on va:
 # ib_{write,send,read}_bw at 64 KiB and 1 MiB, ib_{write,send,read}_lat at
-# 8 B, and the 64-byte message rate of ib_write_bw and ib_send_bw (metric
+# 8 B (metric usec: perftest's t_avg; usec_typical: its t_typical, the
+# median), and the 64-byte message rate of ib_write_bw and ib_send_bw (metric
 # Mmsg/s, perftest's MsgRate column). Emulation slows everything, so only ratios within this boot mean
 # anything. Beside each round of the latencies, plain TCP ping-pongs
-# between two sockperf processes (kind tcp, 14 B, their average half round
-# trip): blocking in recv, as bench.sh measures it on the host, the floor
+# between two sockperf processes (kind tcp, 14 B, their half round trip:
+# the average as usec, the median as usec_typical): blocking in recv, as bench.sh measures it on the host, the floor
 # of a receiver woken per message (test tcp_pingpong); and busy-polling a
 # non-blocking recv, the floor of a receiver that polls as perftest's
 # latency tests do (tcp_pingpong_polled). Writes CSV lines "kind,test,size,metric,value" to
@@ -253,10 +254,12 @@ done
 # tcp_pingpong [--nonblocked]: sockperf's TCP ping-pong of 14 B over vb
 # for 4 s, both ends blocking in recv (or, with --nonblocked, both
 # busy-polling a non-blocking recv, as perftest's latency tests poll);
-# prints its average half round trip in usec.
+# prints the average and the median of its half round trips in usec.
 tcp_pingpong() {
     sockperf_pair "" "" 192.0.2.2 11111 4 "$@" -- pp -m 14 "$@" |
-        awk '/avg-latency=/ { sub(/.*avg-latency=/, ""); print $1 }'
+        awk '/avg-latency=/ { sub(/.*avg-latency=/, ""); avg = $1 }
+             /percentile 50.000 =/ { median = $NF }
+             END { print avg, median }'
 }
 
 for test in ib_write_lat ib_send_lat ib_read_lat; do
@@ -265,8 +268,13 @@ for test in ib_write_lat ib_send_lat ib_read_lat; do
             r=$(perftest "$kind" "$test" -s 8 -n "$(awk -v s="$SCALE" 'BEGIN { print int(s * 2000) }')")
             # bytes iterations t_min t_max t_typical t_avg ...
             record "$kind" "$test" 8 usec "$(awk '{print $6}' <<<"$r")"
+            record "$kind" "$test" 8 usec_typical "$(awk '{print $5}' <<<"$r")"
         done
-        record tcp tcp_pingpong 14 usec "$(tcp_pingpong)"
-        record tcp tcp_pingpong_polled 14 usec "$(tcp_pingpong --nonblocked)"
+        for mode in "" --nonblocked; do
+            read -r avg median <<<"$(tcp_pingpong ${mode:+"$mode"})"
+            pingpong=tcp_pingpong${mode:+_polled}
+            record tcp "$pingpong" 14 usec "$avg"
+            record tcp "$pingpong" 14 usec_typical "$median"
+        done
     done
 done
