@@ -43,6 +43,8 @@ extern "C" {
 #include <cmocka.h>
 }
 
+#include "netns_child.h"
+
 namespace {
 
 using usiw::gid_from_address;
@@ -53,6 +55,7 @@ using usiw::NetdevMonitor;
 using usiw::node_guid_for_netdev;
 using usiw::node_guid_from_mac;
 using usiw::query_netdev;
+using namespace usiw::test;
 
 using Bytes8 = std::array<uint8_t, 8>;
 using Bytes16 = std::array<uint8_t, 16>;
@@ -61,16 +64,6 @@ Bytes8 guid_bytes(uint64_t guid) {
     Bytes8 bytes;
     std::memcpy(bytes.data(), &guid, bytes.size());
     return bytes;
-}
-
-bool has_address(const NetdevInfo& netdev, int family, const char* text) {
-    Bytes16 wanted{};
-    if (inet_pton(family, text, wanted.data()) != 1) {
-        return false;
-    }
-    return std::any_of(
-        netdev.addresses.begin(), netdev.addresses.end(),
-        [&](const NetdevAddress& a) { return a.family == family && a.bytes == wanted; });
 }
 
 NetdevAddress ipv4(const char* text, uint8_t prefix_len) {
@@ -208,49 +201,6 @@ void test_monitor_opens_and_drains_without_blocking(void**) {
 
 // --- port state in a private network namespace (child process) ---
 
-// Checks in the child report by exit status: 0 pass, 77 skip, else the line.
-#define CHILD_CHECK(condition)                                                                 \
-    do {                                                                                       \
-        if (!(condition)) {                                                                    \
-            std::fprintf(stderr, "child check failed at line %d: %s\n", __LINE__, #condition); \
-            _exit(__LINE__ % 200 + 1);                                                         \
-        }                                                                                      \
-    } while (0)
-
-constexpr int kChildSkipped = 77;
-
-// A namespace of our own, where lo starts down and we may change it: as root
-// directly, otherwise inside a new user namespace.
-bool enter_private_network_namespace() {
-    if (unshare(CLONE_NEWNET) == 0) {
-        return true;
-    }
-    return unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0;
-}
-
-bool set_loopback_up(bool up) {
-    nl_sock* socket = nl_socket_alloc();
-    if (socket == nullptr || nl_connect(socket, NETLINK_ROUTE) < 0) {
-        nl_socket_free(socket);
-        return false;
-    }
-    rtnl_link* current = nullptr;
-    rtnl_link* change = rtnl_link_alloc();
-    bool ok = rtnl_link_get_kernel(socket, 0, "lo", &current) == 0 && change != nullptr;
-    if (ok) {
-        if (up) {
-            rtnl_link_set_flags(change, IFF_UP);
-        } else {
-            rtnl_link_unset_flags(change, IFF_UP);
-        }
-        ok = rtnl_link_change(socket, current, change, 0) == 0;
-    }
-    rtnl_link_put(change);
-    rtnl_link_put(current);
-    nl_socket_free(socket);
-    return ok;
-}
-
 bool wait_readable(int fd) {
     pollfd readable{fd, POLLIN, 0};
     return poll(&readable, 1, 5000) == 1;
@@ -281,29 +231,6 @@ bool wait_readable(int fd) {
     lo = query_netdev("lo", nullptr);
     CHILD_CHECK(lo.has_value() && !lo->admin_up && !lo->port_active());
     _exit(0);
-}
-
-// Adds (or deletes) the address `text`/32 on lo through libnl, as `ip
-// address` would.
-bool change_loopback_address(const char* text, bool add) {
-    nl_sock* socket = nl_socket_alloc();
-    if (socket == nullptr || nl_connect(socket, NETLINK_ROUTE) < 0) {
-        nl_socket_free(socket);
-        return false;
-    }
-    rtnl_addr* address = rtnl_addr_alloc();
-    nl_addr* local = nullptr;
-    bool ok = address != nullptr && nl_addr_parse(text, AF_INET, &local) == 0;
-    if (ok) {
-        nl_addr_set_prefixlen(local, 32);
-        rtnl_addr_set_ifindex(address, static_cast<int>(if_nametoindex("lo")));
-        ok = rtnl_addr_set_local(address, local) == 0 &&
-             (add ? rtnl_addr_add(socket, address, 0) : rtnl_addr_delete(socket, address, 0)) == 0;
-    }
-    nl_addr_put(local);
-    rtnl_addr_put(address);
-    nl_socket_free(socket);
-    return ok;
 }
 
 // The copy of the tables that queries read (netdev.cc) follows a change
@@ -360,25 +287,6 @@ bool change_loopback_address(const char* text, bool add) {
     lo = query_netdev("lo", nullptr);
     CHILD_CHECK(lo.has_value() && !lo->admin_up && lo->addresses.empty());
     _exit(0);
-}
-
-// Runs `body` in a child process and checks its exit status (skips on
-// kChildSkipped).
-void run_child(void (*body)()) {
-    std::fflush(nullptr);
-    const pid_t child = fork();
-    assert_true(child >= 0);
-    if (child == 0) {
-        body();
-    }
-    int status = 0;
-    assert_int_equal(waitpid(child, &status, 0), child);
-    assert_true(WIFEXITED(status));
-    if (WEXITSTATUS(status) == kChildSkipped) {
-        std::printf("cannot create a network namespace here; skipped\n");
-        skip();
-    }
-    assert_int_equal(WEXITSTATUS(status), 0);
 }
 
 void test_port_follows_netdev_in_private_namespace(void**) {
