@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 // The pieces of the listeners on the usiw devices' addresses
 // (cm/device_listeners.h) that need no device: which listeners to open and
-// close as the addresses change, and the listening socket itself, on
-// loopback.
+// close as the addresses change, the listening socket itself, on
+// loopback; on the CM engine, what observers are told of address changes
+// (the tables read afresh) and the second look at addresses that could
+// not be listened on yet (listen_again_soon).
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -10,8 +12,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <optional>
+#include <thread>
 #include <vector>
 
+#include "cm/cm_engine.h"
 #include "cm/device_listeners.h"
 
 // cmocka last: it defines macros that clash with the standard library.
@@ -23,9 +31,12 @@ extern "C" {
 #include <cmocka.h>
 }
 
+#include "netns_child.h"
+
 namespace {
 
 using namespace usiw::cm;
+using namespace usiw::test;
 using usiw::UniqueFd;
 
 SockAddr v4(const char* text, uint16_t port) {
@@ -130,6 +141,123 @@ void test_open_listener_v4_mapped(void**) {
     assert_int_equal(only, 1);
 }
 
+// An observer that reads the netdev tables' copy when it is told, as a
+// listener does (device_addresses), and notes whether that read the kernel's
+// tables and what lo had.
+class ReadingObserver final : public AddressObserver {
+  public:
+    void addresses_changed() override {  // CM lock held
+        const uint64_t reads = usiw::netdev_table_reads();
+        const std::optional<usiw::NetdevInfo> lo = usiw::query_netdev("lo", nullptr);
+        reread_ = usiw::netdev_table_reads() > reads;
+        listed_ = lo && has_address(*lo, AF_INET, "10.77.0.9");
+        told_.store(true);
+    }
+    bool wait_told(int seconds) const {
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+        while (!told_.load() && std::chrono::steady_clock::now() < until)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        return told_.load();
+    }
+    bool reread() const { return reread_; }
+    bool listed() const { return listed_; }
+
+  private:
+    std::atomic<bool> told_{false};
+    bool reread_ = false;
+    bool listed_ = false;
+};
+
+// The kernel queues a change's notification on each subscribed socket in
+// turn, and the watch's can wake the CM engine before the copy of the
+// tables (host/netdev.h) has its own: the copy would answer from before
+// the change, and a new address would never be listened on (seen once in
+// listeners.sh). So the watch has the copy read afresh before it tells.
+// Made certain here: under the CM lock, which keeps the engine from
+// telling meanwhile, the copy takes its notification first, and its
+// socket is empty when the observer asks.
+[[noreturn]] void told_after_the_copy_child() {
+    if (!enter_private_network_namespace())
+        _exit(kChildSkipped);
+    CHILD_CHECK(set_loopback_up(true));
+    static ReadingObserver observer;
+    {
+        std::lock_guard lock(cm_mutex());
+        observe_addresses(&observer);
+        CHILD_CHECK(change_loopback_address("10.77.0.9", true));
+        const std::optional<usiw::NetdevInfo> lo = usiw::query_netdev("lo", nullptr);
+        CHILD_CHECK(lo && has_address(*lo, AF_INET, "10.77.0.9"));
+    }
+    CHILD_CHECK(observer.wait_told(10));
+    CHILD_CHECK(observer.reread());
+    CHILD_CHECK(observer.listed());
+    _exit(0);
+}
+
+// In a child process of its own, before any test here starts the CM engine
+// (a child of fork() has none of its parent's threads).
+void test_observers_read_the_tables_afresh(void**) {
+    run_child(told_after_the_copy_child);
+}
+
+// An observer that asks for another look each time it is told, until it
+// has been told `wanted` times (as a listener does while an address stays
+// unbindable), and notes when.
+class AskingObserver final : public AddressObserver {
+  public:
+    explicit AskingObserver(int wanted) : wanted_(wanted) {}
+
+    void addresses_changed() override {  // CM lock held
+        told_at_[told_] = std::chrono::steady_clock::now();
+        if (++told_ < wanted_)
+            listen_again_soon();
+        told_count_.store(told_);
+    }
+
+    // Waits up to `seconds` for the `wanted` looks.
+    bool wait_told(int seconds) const {
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+        while (told_count_.load() < wanted_ && std::chrono::steady_clock::now() < until)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        return told_count_.load() >= wanted_;
+    }
+
+    int told() const { return told_count_.load(); }
+    std::chrono::milliseconds between(int a, int b) const {
+        return std::chrono::duration_cast<std::chrono::milliseconds>(told_at_[b] - told_at_[a]);
+    }
+
+  private:
+    const int wanted_;
+    int told_ = 0;  // CM lock
+    std::atomic<int> told_count_{0};
+    std::chrono::steady_clock::time_point told_at_[8];
+};
+
+// A listener that met EADDRNOTAVAIL (an address announced before it can be
+// bound) is told again without any address notification, and again while
+// it asks, each look later than the one before (10, 20, 40 ms ...), so that
+// an address that never becomes bindable costs a look a second at most.
+void test_listen_again_soon(void**) {
+    AskingObserver observer(4);
+    {
+        std::lock_guard lock(cm_mutex());
+        observe_addresses(&observer);
+        listen_again_soon();
+    }
+    const bool told = observer.wait_told(10);
+    {
+        std::lock_guard lock(cm_mutex());
+        stop_observing_addresses(&observer);
+    }
+    assert_true(told);
+    // The waits between the looks were armed for 20, 40 and 80 ms (timers
+    // never fire early; the margin is for where the engine reads its clock).
+    assert_true(observer.between(0, 1).count() >= 15);
+    assert_true(observer.between(1, 2).count() >= 30);
+    assert_true(observer.between(2, 3).count() >= 60);
+}
+
 }  // namespace
 
 int main(void) {
@@ -137,6 +265,8 @@ int main(void) {
         cmocka_unit_test(test_changes),
         cmocka_unit_test(test_open_listener_beside_a_wildcard),
         cmocka_unit_test(test_open_listener_v4_mapped),
+        cmocka_unit_test(test_observers_read_the_tables_afresh),  // before the engine starts
+        cmocka_unit_test(test_listen_again_soon),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

@@ -210,11 +210,13 @@ int follow_device_addresses(CmId* c) {
             continue;
         }
         delete watch;  // never watched
-        // An IPv6 address still in duplicate address detection, or one
-        // removed since it was listed: its next change brings it here again.
+        // Listed but not yet bindable (an IPv6 address in duplicate address
+        // detection, an IPv4 address announced before its local route), or
+        // removed since: looked at again shortly (listen_again_soon).
         if (err == EADDRNOTAVAIL) {
             log_debug("rdma_cm: cm_id %p cannot listen on %s yet", static_cast<void*>(c),
                       address.str().c_str());
+            listen_again_soon();
             continue;
         }
         if (!first_error)
@@ -526,12 +528,14 @@ int listen(CmId* c, int backlog) {
     if (!bound)
         return errno;
     const bool wildcard = bound->is_any();
+    // Watched before the addresses are read, so that a change between the
+    // two is told.
+    if (wildcard)
+        wildcard_listeners().insert(c);
     if (int err = wildcard ? follow_device_addresses(c) : listen_on_own_socket(c)) {
         stop_listening(c);
         return err;
     }
-    if (wildcard)
-        wildcard_listeners().insert(c);
     enter(&c->state, IdState::kListening, c);
     return 0;
 }

@@ -46,15 +46,44 @@ class AddressWatch final : public EngineClient {
     void on_io(uint32_t) override {
         if (!monitor_->drain())
             return;
+        // The kernel queues a notification on each subscribed socket in
+        // turn: this one's can wake the engine before the netdev tables'
+        // copy (host/netdev.h) has its own, and the copy would answer from
+        // before the change. Told observers read the tables afresh.
+        forget_netdev_tables();
+        tell_observers();
+    }
+
+    void listen_again_soon() {
+        if (retry_armed_)
+            return;
+        retry_armed_ = true;
+        Engine::get().arm_timer(this, retry_ms_);  // starts the engine if it must
+    }
+
+    void on_timer() override {
+        retry_armed_ = false;
+        const int waited_ms = retry_ms_;
+        tell_observers();
+        // Asked again: the next look waits twice as long, up to a second;
+        // nobody asked: the next first look is soon again.
+        retry_ms_ = retry_armed_ ? std::min(waited_ms * 2, kRetryMaxMs) : kRetryFirstMs;
+        if (retry_armed_)
+            Engine::get().arm_timer(this, retry_ms_);
+    }
+
+  private:
+    static constexpr int kRetryFirstMs = 10;
+    static constexpr int kRetryMaxMs = 1000;
+
+    void tell_observers() {
         // An observer may stop observing (itself or another) while told.
         const std::vector<AddressObserver*> told = observers_;
         for (AddressObserver* o : told)
             if (std::find(observers_.begin(), observers_.end(), o) != observers_.end())
                 o->addresses_changed();
     }
-    void on_timer() override {}
 
-  private:
     void start() {
         std::string error;
         monitor_ = NetdevMonitor::open(&error);
@@ -76,6 +105,8 @@ class AddressWatch final : public EngineClient {
     std::unique_ptr<NetdevMonitor> monitor_;
     bool logged_ = false;  // that it could not start
     std::vector<AddressObserver*> observers_;
+    bool retry_armed_ = false;  // listen_again_soon() until the timer fires
+    int retry_ms_ = kRetryFirstMs;
 };
 
 AddressWatch& address_watch() {
@@ -134,6 +165,10 @@ void observe_addresses(AddressObserver* observer) {
 
 void stop_observing_addresses(AddressObserver* observer) {
     address_watch().remove(observer);
+}
+
+void listen_again_soon() {
+    address_watch().listen_again_soon();
 }
 
 }  // namespace usiw::cm

@@ -55,4 +55,12 @@ class AddressObserver {
 void observe_addresses(AddressObserver* observer);
 void stop_observing_addresses(AddressObserver* observer);
 
+// A listener that could not listen on a listed address (EADDRNOTAVAIL)
+// calls this (CM lock held): every observer is told again in a moment, and
+// again, later each time, for as long as one still asks. No notification
+// need follow: the kernel announces an IPv4 address before it adds its
+// local route, and bind() fails until then; an IPv6 address in duplicate
+// address detection cannot be bound either.
+void listen_again_soon();
+
 }  // namespace usiw::cm

@@ -328,6 +328,7 @@ class PortAgent final : public EngineClient, public AddressObserver {
     std::vector<TcpListener*> tcp_;          // broker: one per device address
     bool tcp_complete_ = false;              // broker: listening on every one
     bool observing_addresses_ = false;       // broker
+    bool addresses_pending_ = false;         // broker: one not yet bindable (open_tcp)
     BrokerLink* broker_ = nullptr;           // member
     std::set<MemberLink*> members_;          // broker
     // Broker: who owns each registered QP number (nullptr: this process).
@@ -396,6 +397,7 @@ void PortAgent::become_broker(UniqueFd unix_fd) {
 // (device_listeners.h), not on the wildcard, and no longer on addresses
 // that went; called again as addresses change.
 void PortAgent::open_tcp() {
+    addresses_pending_ = false;
     bool complete = true;
     std::vector<SockAddr> want = device_addresses(&complete);
     for (SockAddr& a : want)
@@ -417,9 +419,11 @@ void PortAgent::open_tcp() {
             tcp_.push_back(l);
             add_client(l);
         } else if (failed == EADDRNOTAVAIL) {
-            // An IPv6 address in duplicate address detection, or one just
-            // removed: its next change brings it here again.
+            // Listed but not yet bindable (an IPv6 address in duplicate
+            // address detection, an IPv4 address announced before its local
+            // route), or just removed: engine_work asks for another look.
             log_debug("rendezvous: cannot listen on %s yet", address.str().c_str());
+            addresses_pending_ = true;
         } else if (!err) {
             err = failed;
         }
@@ -489,7 +493,10 @@ void PortAgent::engine_work() {
     if (role_ == Role::kBroker && !observing_addresses_) {
         observe_addresses(this);
         observing_addresses_ = true;
+        open_tcp();  // what changed since become_broker() looked, before the watch
     }
+    if (role_ == Role::kBroker && addresses_pending_)
+        listen_again_soon();
     for (SocketClient* c : unwatched_)
         if (!c->gone())
             c->watch(EPOLLIN);
