@@ -63,13 +63,13 @@ class AddressWatch final : public EngineClient {
 
     void on_timer() override {
         retry_armed_ = false;
-        const int waited_ms = retry_ms_;
+        // A look asked for while they are told waits twice as long as this
+        // one, up to a second; when nobody asks, the next first look is
+        // soon again.
+        retry_ms_ = std::min(retry_ms_ * 2, kRetryMaxMs);
         tell_observers();
-        // Asked again: the next look waits twice as long, up to a second;
-        // nobody asked: the next first look is soon again.
-        retry_ms_ = retry_armed_ ? std::min(waited_ms * 2, kRetryMaxMs) : kRetryFirstMs;
-        if (retry_armed_)
-            Engine::get().arm_timer(this, retry_ms_);
+        if (!retry_armed_)
+            retry_ms_ = kRetryFirstMs;
     }
 
   private:
