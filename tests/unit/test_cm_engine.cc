@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cm/cm_engine.h"
+#include "comes_true.h"
 #include "datapath/round_end.h"
 
 // cmocka last: it defines macros that clash with the standard library.
@@ -31,6 +32,7 @@ extern "C" {
 namespace {
 
 using namespace usiw::cm;
+using usiw::test::comes_true;
 
 // A client that says when, and on which thread, it is freed.
 struct Client final : EngineClient {
@@ -54,18 +56,6 @@ struct Item final : InboxItem {
         ran.store(true);
     }
 };
-
-// Whether `holds` comes true within 30 s.
-template <typename Condition>
-bool comes_true(Condition holds) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (!holds()) {
-        if (std::chrono::steady_clock::now() > deadline)
-            return false;
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    return true;
-}
 
 bool becomes_true(const std::atomic<bool>& flag) {
     return comes_true([&] { return flag.load(); });

@@ -16,11 +16,11 @@
 #include <chrono>
 #include <mutex>
 #include <optional>
-#include <thread>
 #include <vector>
 
 #include "cm/cm_engine.h"
 #include "cm/device_listeners.h"
+#include "comes_true.h"
 
 // cmocka last: it defines macros that clash with the standard library.
 #include <setjmp.h>
@@ -153,12 +153,7 @@ class ReadingObserver final : public AddressObserver {
         listed_ = lo && has_address(*lo, AF_INET, "10.77.0.9");
         told_.store(true);
     }
-    bool wait_told(int seconds) const {
-        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-        while (!told_.load() && std::chrono::steady_clock::now() < until)
-            std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        return told_.load();
-    }
+    bool told() const { return told_.load(); }
     bool reread() const { return reread_; }
     bool listed() const { return listed_; }
 
@@ -188,7 +183,7 @@ class ReadingObserver final : public AddressObserver {
         const std::optional<usiw::NetdevInfo> lo = usiw::query_netdev("lo", nullptr);
         CHILD_CHECK(lo && has_address(*lo, AF_INET, "10.77.0.9"));
     }
-    CHILD_CHECK(observer.wait_told(10));
+    CHILD_CHECK(comes_true([] { return observer.told(); }));
     CHILD_CHECK(observer.reread());
     CHILD_CHECK(observer.listed());
     _exit(0);
@@ -214,15 +209,8 @@ class AskingObserver final : public AddressObserver {
         told_count_.store(told_);
     }
 
-    // Waits up to `seconds` for the `wanted` looks.
-    bool wait_told(int seconds) const {
-        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-        while (told_count_.load() < wanted_ && std::chrono::steady_clock::now() < until)
-            std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        return told_count_.load() >= wanted_;
-    }
-
-    int told() const { return told_count_.load(); }
+    // Whether it has been told all the `wanted` times.
+    bool told_all() const { return told_count_.load() >= wanted_; }
     std::chrono::milliseconds between(int a, int b) const {
         return std::chrono::duration_cast<std::chrono::milliseconds>(told_at_[b] - told_at_[a]);
     }
@@ -245,7 +233,7 @@ void test_listen_again_soon(void**) {
         observe_addresses(&observer);
         listen_again_soon();
     }
-    const bool told = observer.wait_told(10);
+    const bool told = comes_true([&] { return observer.told_all(); });
     {
         std::lock_guard lock(cm_mutex());
         stop_observing_addresses(&observer);
