@@ -17,15 +17,17 @@
 # For each device kind, stock perftest -R, server on vb and client on va:
 # ib_{write,send,read}_bw at 64 KiB and 1 MiB, ib_{write,send,read}_lat at
 # 8 B (metric usec: perftest's t_avg; usec_typical: its t_typical, the
-# median), and the 64-byte message rate of ib_write_bw and ib_send_bw (metric
-# Mmsg/s, perftest's MsgRate column). Emulation slows everything, so only ratios within this boot mean
-# anything. Beside each round of the latencies, plain TCP ping-pongs
-# between two sockperf processes (kind tcp, 14 B, their half round trip:
-# the average as usec, the median as usec_typical): blocking in recv, as bench.sh measures it on the host, the floor
-# of a receiver woken per message (test tcp_pingpong); and busy-polling a
-# non-blocking recv, the floor of a receiver that polls as perftest's
-# latency tests do (tcp_pingpong_polled). Writes CSV lines "kind,test,size,metric,value" to
-# $USIW_GUEST_SHARE/guest-bench.csv (one per run) and prints them.
+# median), and the 64-byte message rate of ib_write_bw and ib_send_bw
+# (metric Mmsg/s, perftest's MsgRate column). Emulation slows everything,
+# so only ratios within this boot mean anything. Beside each round of the
+# latencies, plain TCP ping-pongs between two sockperf processes (kind
+# tcp, 14 B, their half round trip: the average as usec, the median as
+# usec_typical): blocking in recv, as bench.sh measures it on the host,
+# the floor of a receiver woken per message (test tcp_pingpong); and
+# busy-polling a non-blocking recv, the floor of a receiver that polls as
+# perftest's latency tests do (tcp_pingpong_polled). Writes CSV lines
+# "kind,test,size,metric,value" to $USIW_GUEST_SHARE/guest-bench.csv (one
+# per run) and prints them.
 #
 # Fair to every kind:
 #  - A warm-up pass first runs every test once per kind, unrecorded. The
